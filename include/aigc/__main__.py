@@ -1,0 +1,3 @@
+from aigc.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,137 @@
+"""``aigc``: one command per job, over the same functions the Airflow tasks call.
+
+Every command logs progress to stderr and ends with one JSON line on stdout. A failure
+prints a one-line ``error:`` message (what and where), not only a traceback, and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from collections.abc import Callable
+
+from aigc.config import PipelineConfig, preset
+from aigc.lake import open_lake
+from aigc.lake.keys import join
+from aigc.progress import emit_summary, setup_logging
+
+log = logging.getLogger("aigc")
+
+
+def _config(args: argparse.Namespace) -> PipelineConfig:
+    cfg = preset(args.preset)
+    changes: dict[str, dict] = {}
+    for section in ("raw", "prepare", "curated_gate"):
+        fields = {f.name for f in dataclasses.fields(getattr(cfg, section))}
+        for name in fields:
+            value = getattr(args, f"{section}__{name}", None)
+            if value is not None:
+                changes.setdefault(section, {})[name] = value
+    return cfg.override(changes)
+
+
+def _raw_lake(args: argparse.Namespace, cfg: PipelineConfig):
+    return open_lake(args.raw) if args.raw else open_lake(args.lake).sub(join("raw", cfg.raw.source))
+
+
+def cmd_make_raw(args: argparse.Namespace) -> dict:
+    from aigc.prepare import make_raw_drop
+
+    cfg = _config(args)
+    raw = open_lake(args.out) if args.out else _raw_lake(args, cfg)
+    return {"command": "make-raw", **make_raw_drop(raw, args.date, cfg.raw)}
+
+
+def cmd_prepare(args: argparse.Namespace) -> dict:
+    from aigc.prepare import prepare, publish_prepared
+    from aigc.quality.curated import validate_curated
+
+    cfg = _config(args)
+    lake = open_lake(args.lake)
+    summary = prepare(_raw_lake(args, cfg), lake, args.date, cfg.prepare)
+    if args.no_gate:
+        return {"command": "prepare", **summary, "published": False}
+    gate = validate_curated(lake, cfg.prepare.dataset, args.date, summary["run_id"], cfg.curated_gate, cfg.prepare)
+    published = publish_prepared(lake, cfg.prepare.dataset, args.date, summary["run_id"])
+    return {"command": "prepare", **summary, "gate": gate["result_uri"], "published": True, **published}
+
+
+def cmd_gate(args: argparse.Namespace) -> dict:
+    from aigc.quality.curated import validate_curated
+
+    cfg = _config(args)
+    return {"command": "gate", **validate_curated(
+        open_lake(args.lake), cfg.prepare.dataset, args.date, args.run_id, cfg.curated_gate, cfg.prepare)}
+
+
+def cmd_publish(args: argparse.Namespace) -> dict:
+    from aigc.prepare import publish_prepared
+
+    cfg = _config(args)
+    return {"command": "publish", **publish_prepared(open_lake(args.lake), cfg.prepare.dataset, args.date, args.run_id)}
+
+
+def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls) -> None:
+    group = p.add_argument_group(f"{section} settings (defaults from --preset)")
+    for f in dataclasses.fields(cfg_cls):
+        kind = {"int": int, "float": float}.get(str(f.type).split()[0], str)  # annotations are strings here
+        group.add_argument(f"--{f.name.replace('_', '-')}", dest=f"{section}__{f.name}", type=kind, default=None,
+                           metavar=f.name.upper())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from aigc.config import CuratedGateThresholds, PrepareConfig, RawDropConfig
+
+    parser = argparse.ArgumentParser(prog="aigc", description=__doc__.splitlines()[0])
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING …")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, fn: Callable, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(fn=fn)
+        p.add_argument("--preset", default="default", help="named configuration: default or demo")
+        p.add_argument("--lake", default=None, help="lake URI (default $AIGC_LAKE_URI, else ./.lake)")
+        p.add_argument("--date", required=True, help="logical date YYYY-MM-DD: the partition to write")
+        return p
+
+    p = command("make-raw", cmd_make_raw, "write a synthetic, dirty raw drop of image–caption pairs")
+    p.add_argument("--out", default=None, help="raw root URI (default <lake>/raw/<source>)")
+    p.add_argument("--raw", default=None, help=argparse.SUPPRESS)
+    _add_config_flags(p, "raw", RawDropConfig)
+
+    for name, fn, help_ in (
+        ("prepare", cmd_prepare, "prepare a raw drop: clean, dedup, filter, shard; then gate 1 and publish"),
+        ("gate", cmd_gate, "run gate 1 on a prepared run"),
+        ("publish", cmd_publish, "publish a prepared, gated run"),
+    ):
+        p = command(name, fn, help_)
+        p.add_argument("--raw", default=None, help="raw root URI (default <lake>/raw/<source>)")
+        if name == "prepare":
+            p.add_argument("--no-gate", action="store_true", help="stop after writing the staging run")
+        else:
+            p.add_argument("--run-id", required=True, help="the run id printed by `aigc prepare`")
+        _add_config_flags(p, "prepare", PrepareConfig)
+        _add_config_flags(p, "curated_gate", CuratedGateThresholds)
+        if name == "prepare":
+            p.add_argument("--source", dest="raw__source", default=None, help="raw source name (default shapes)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        summary = args.fn(args)
+    except Exception as e:  # the CLI's one catch-all: a readable message, the traceback in debug logs
+        log.debug("traceback", exc_info=True)
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        emit_summary({"command": args.command, "ok": False, "error": f"{type(e).__name__}: {e}"})
+        return 1
+    emit_summary({"ok": True, **summary})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

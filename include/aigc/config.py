@@ -1,0 +1,156 @@
+"""Typed configuration: one dataclass per concern, checked on construction, named presets.
+
+Errors name the field, the value and the allowed range, so a bad trigger-form value or CLI
+flag is fixed from the message alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+RESOLUTIONS = (32, 64, 128, 256)
+
+
+def _check_range(obj: object, name: str, lo: float, hi: float) -> None:
+    value = getattr(obj, name)
+    if not lo <= value <= hi:
+        raise ValueError(f"{type(obj).__name__}.{name} must be in [{lo}, {hi}], got {value!r}")
+
+
+@dataclass(frozen=True)
+class RawDropConfig:
+    """The synthetic raw drop (``aigc make-raw``): a realistic, dirty image–caption drop."""
+
+    n: int = 20_000
+    """Records in the drop, dirt included."""
+    seed: int = 0
+    """Everything in the drop is a function of the seed (and the date)."""
+    resolution: int = 32
+    """Side of the square PNGs, in pixels."""
+    dirt_rate: float = 0.12
+    """Fraction of records that carry one kind of dirt (spread over every kind)."""
+    source: str = "shapes"
+    """Producer name: the drop lands under ``raw/<source>/dt=<date>/``."""
+    records_per_file: int = 5_000
+    """JSONL records per file, as producers roll their files."""
+
+    def __post_init__(self) -> None:
+        _check_range(self, "n", 0, 50_000_000)
+        _check_range(self, "dirt_rate", 0.0, 1.0)
+        _check_range(self, "records_per_file", 1, 10_000_000)
+        if self.resolution not in RESOLUTIONS:
+            raise ValueError(f"RawDropConfig.resolution must be one of {RESOLUTIONS}, got {self.resolution!r}")
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """Stage 1: decode, verify, normalise, filter, deduplicate and shard a raw drop."""
+
+    dataset: str = "shapes"
+    """Curated dataset name: output under ``curated/<dataset>/dt=<date>/``."""
+    resolution: int = 32
+    """Curated images are RGB squares of this side; other sizes within limits are resized."""
+    min_side: int = 8
+    """Images with a side below this are quarantined (``image_too_small``)."""
+    max_side: int = 4096
+    """Images with a side above this are quarantined (``image_too_large``)."""
+    max_image_pixels: int = 16_777_216
+    """Decompression-bomb guard: width × height above this is refused before decoding."""
+    max_image_bytes: int = 8 * 1024 * 1024
+    """Encoded images larger than this are refused before decoding."""
+    min_caption_chars: int = 3
+    max_caption_chars: int = 512
+    """Captions are quarantined, not truncated, past this: cutting changes their meaning."""
+    blocklist: str | None = None
+    """A file of blocked terms, one per line; None uses the list shipped in the package."""
+    near_dup_threshold: float = 0.7
+    """Jaccard similarity (MinHash estimate) of caption words + shape cells that makes two records candidates."""
+    near_dup_num_perm: int = 64
+    """MinHash permutations: more is more exact and slower."""
+    near_dup_image_distance: float = 6.0
+    """…and near-duplicates only if no cell of their 8×8 RGB thumbnails differs by more (0–255)."""
+    shard_target_bytes: int = 64 * 1024 * 1024
+    """A Parquet shard is closed once it holds about this many bytes."""
+    row_group_rows: int = 2048
+    workers: int = 0
+    """Decoding processes; 0 means one per CPU core."""
+    window: int = 4096
+    """Records in flight at once: bounds memory whatever the drop size."""
+
+    def __post_init__(self) -> None:
+        if self.resolution not in RESOLUTIONS:
+            raise ValueError(f"PrepareConfig.resolution must be one of {RESOLUTIONS}, got {self.resolution!r}")
+        _check_range(self, "min_side", 1, self.max_side)
+        _check_range(self, "max_side", self.min_side, 65_536)
+        _check_range(self, "max_image_pixels", 1, 1 << 31)
+        _check_range(self, "max_image_bytes", 1, 1 << 31)
+        _check_range(self, "min_caption_chars", 1, self.max_caption_chars)
+        _check_range(self, "max_caption_chars", self.min_caption_chars, 100_000)
+        _check_range(self, "near_dup_threshold", 0.05, 1.0)
+        _check_range(self, "near_dup_num_perm", 16, 1024)
+        _check_range(self, "near_dup_image_distance", 0.0, 255.0)
+        _check_range(self, "shard_target_bytes", 64 * 1024, 4 << 30)
+        _check_range(self, "row_group_rows", 16, 1_000_000)
+        _check_range(self, "workers", 0, 256)
+        _check_range(self, "window", 16, 1_000_000)
+
+
+@dataclass(frozen=True)
+class CuratedGateThresholds:
+    """Gate 1 (prepare → train): what a curated partition must satisfy to be published."""
+
+    min_rows: int = 1000
+    max_quarantine_ratio: float = 0.5
+    """Quarantined / input records, over all reasons."""
+    max_reason_ratio: float = 0.2
+    """Quarantined / input records for any single reason: one broken producer shows up here."""
+
+    def __post_init__(self) -> None:
+        _check_range(self, "min_rows", 0, 1 << 40)
+        _check_range(self, "max_quarantine_ratio", 0.0, 1.0)
+        _check_range(self, "max_reason_ratio", 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Every stage's settings; the DAG's trigger form and the CLI override single fields."""
+
+    raw: RawDropConfig = field(default_factory=RawDropConfig)
+    prepare: PrepareConfig = field(default_factory=PrepareConfig)
+    curated_gate: CuratedGateThresholds = field(default_factory=CuratedGateThresholds)
+
+    def override(self, changes: dict[str, dict[str, Any]]) -> PipelineConfig:
+        """``{"raw": {"n": 500}}`` → a new config; unknown sections or fields are an error."""
+        updated = {}
+        for section, values in changes.items():
+            if section not in {f.name for f in dataclasses.fields(self)}:
+                raise ValueError(f"unknown config section {section!r}")
+            current = getattr(self, section)
+            known = {f.name for f in dataclasses.fields(current)}
+            unknown = set(values) - known
+            if unknown:
+                raise ValueError(f"unknown {section} setting(s) {sorted(unknown)}; known: {sorted(known)}")
+            updated[section] = dataclasses.replace(current, **values)
+        return dataclasses.replace(self, **updated)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _demo() -> PipelineConfig:
+    # Small enough for the whole pipeline to run in minutes on 2 CPU cores.
+    return PipelineConfig().override(
+        {"raw": {"n": 2_000}, "prepare": {"workers": 2}, "curated_gate": {"min_rows": 500}}
+    )
+
+
+PRESETS = {"default": PipelineConfig, "demo": _demo}
+
+
+def preset(name: str) -> PipelineConfig:
+    try:
+        return PRESETS[name]()
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}") from None

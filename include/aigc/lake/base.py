@@ -1,0 +1,164 @@
+"""The lake interface every stage uses: one class, two backends (local folder, S3).
+
+Backends implement a handful of primitives on validated keys; everything else (JSON,
+Parquet, line streaming) is written once here on top of them, so the stages never ask
+which backend they run on.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from aigc.lake.keys import join, validate_key
+
+
+class PreconditionFailed(RuntimeError):
+    """A conditional write lost a race: the object changed (or appeared) since it was read."""
+
+
+class ObjectNotFound(FileNotFoundError):
+    """A key that does not exist in the lake."""
+
+
+class Lake(ABC):
+    """A rooted key/object store. Keys are relative to ``uri`` and validated on every call."""
+
+    uri: str
+
+    # -- primitives each backend implements -------------------------------------------
+    @abstractmethod
+    def _put(self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None) -> str:
+        """Store ``data`` whole and atomically; return the new ETag."""
+
+    @abstractmethod
+    def _get(self, key: str) -> tuple[bytes, str]:
+        """Return (data, ETag); raise ObjectNotFound."""
+
+    @abstractmethod
+    def _exists(self, key: str) -> bool: ...
+
+    @abstractmethod
+    def _list(self, prefix: str) -> Iterator[str]:
+        """Yield keys (relative to the root) under ``prefix``, recursively."""
+
+    @abstractmethod
+    def _delete(self, key: str) -> None: ...
+
+    @abstractmethod
+    def _size(self, key: str) -> int: ...
+
+    @property
+    @abstractmethod
+    def arrow_fs(self) -> pafs.FileSystem:
+        """A pyarrow filesystem over the same storage, for streamed Parquet I/O."""
+
+    @abstractmethod
+    def arrow_path(self, key: str) -> str:
+        """The path of ``key`` inside ``arrow_fs``."""
+
+    # -- small objects ------------------------------------------------------------------
+    def put_bytes(self, key: str, data: bytes) -> str:
+        return self._put(validate_key(key), data)
+
+    def get_bytes(self, key: str) -> bytes:
+        return self._get(validate_key(key))[0]
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        return self._get(validate_key(key))
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        """Create ``key`` only if it does not exist; PreconditionFailed otherwise."""
+        return self._put(validate_key(key), data, if_none_match=True)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        """Replace ``key`` only if its ETag is still ``etag``; PreconditionFailed otherwise."""
+        return self._put(validate_key(key), data, if_match=etag)
+
+    def put_json(self, key: str, obj: Any) -> str:
+        return self.put_bytes(key, json_bytes(obj))
+
+    def get_json(self, key: str) -> Any:
+        return json.loads(self.get_bytes(key))
+
+    def exists(self, key: str) -> bool:
+        return self._exists(validate_key(key))
+
+    def size(self, key: str) -> int:
+        return self._size(validate_key(key))
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Every key under ``prefix`` (a folder-like prefix), sorted."""
+        prefix = validate_key(prefix, allow_empty=True)
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        return sorted(self._list(prefix))
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key under ``prefix``; returns how many were deleted."""
+        keys = self.list(validate_key(prefix))
+        for key in keys:
+            self._delete(key)
+        return len(keys)
+
+    # -- streams ------------------------------------------------------------------------
+    def open_input(self, key: str) -> pa.NativeFile:
+        """A streamed, seekable reader: large objects are never pulled whole into Python."""
+        key = validate_key(key)
+        if not self._exists(key):
+            raise ObjectNotFound(f"{self.url(key)} does not exist")
+        return self.arrow_fs.open_input_file(self.arrow_path(key))
+
+    def open_output(self, key: str) -> pa.NativeFile:
+        """A streamed writer (S3: multipart upload under the hood)."""
+        return self.arrow_fs.open_output_stream(self.arrow_path(validate_key(key)))
+
+    def iter_lines(self, key: str, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
+        """Yield the lines of an object (without the newline), reading it in chunks."""
+        with self.open_input(key) as f:
+            tail = b""
+            while chunk := f.read(chunk_bytes):
+                lines = (tail + chunk).split(b"\n")
+                tail = lines.pop()
+                yield from lines
+            if tail:
+                yield tail
+
+    def parquet_writer(self, key: str, schema: pa.Schema, **kwargs: Any) -> pq.ParquetWriter:
+        kwargs.setdefault("compression", "zstd")
+        return pq.ParquetWriter(self.open_output(key), schema, **kwargs)
+
+    def parquet_file(self, key: str) -> pq.ParquetFile:
+        return pq.ParquetFile(self.open_input(key))
+
+    def read_parquet(self, keys: list[str], columns: list[str] | None = None) -> pa.Table:
+        """Read selected columns of several Parquet objects (column pruning keeps it small)."""
+        tables = [self.parquet_file(k).read(columns=columns) for k in keys]
+        if not tables:
+            raise ObjectNotFound("no Parquet objects to read")
+        return pa.concat_tables(tables)
+
+    # -- naming -------------------------------------------------------------------------
+    def url(self, key: str = "") -> str:
+        """The full URI of ``key``, for messages and for users."""
+        return self.uri.rstrip("/") + ("/" + key if key else "")
+
+    def sub(self, prefix: str) -> Lake:
+        """A lake rooted at ``prefix`` inside this one (same backend, same credentials)."""
+        return self._rooted(join(prefix))
+
+    @abstractmethod
+    def _rooted(self, prefix: str) -> Lake: ...
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri!r})"
+
+
+def json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode()

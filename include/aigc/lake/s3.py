@@ -1,0 +1,181 @@
+"""The lake on S3 or any S3-compatible server (MinIO, moto's server in tests)."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from functools import cached_property
+from urllib.parse import urlparse
+
+import boto3
+import pyarrow.fs as pafs
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from boto3.s3.transfer import TransferConfig
+
+from aigc.lake.base import Lake, ObjectNotFound, PreconditionFailed
+from aigc.lake.keys import join
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """How to reach an S3 endpoint. Defaults come from the standard AWS variables."""
+
+    endpoint_url: str | None = None
+    """e.g. ``http://127.0.0.1:9000`` for MinIO; None means AWS itself."""
+    access_key: str | None = None
+    secret_key: str | None = None
+    session_token: str | None = None
+    region: str = "us-east-1"
+    max_attempts: int = 6
+    """Bounded retries; botocore's 'standard' mode backs off exponentially with jitter."""
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0
+    multipart_threshold_bytes: int = 16 * 1024 * 1024
+    """Objects larger than this are uploaded in parts (boto3 and pyarrow alike)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_attempts <= 20:
+            raise ValueError(f"max_attempts must be in [1, 20], got {self.max_attempts}")
+        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
+            raise ValueError("S3 timeouts must be positive")
+        if self.multipart_threshold_bytes < 5 * 1024 * 1024:
+            raise ValueError(
+                f"multipart_threshold_bytes must be ≥ 5 MiB (S3's smallest part), got {self.multipart_threshold_bytes}"
+            )
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> S3Options:
+        env = os.environ if env is None else env
+        return cls(
+            endpoint_url=env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None,
+            access_key=env.get("AWS_ACCESS_KEY_ID") or None,
+            secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+            session_token=env.get("AWS_SESSION_TOKEN") or None,
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+        )
+
+
+class S3Lake(Lake):
+    def __init__(self, uri: str, options: S3Options | None = None):
+        parsed = urlparse(uri)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            raise ValueError(f"an S3 lake URI looks like s3://bucket/prefix, got {uri!r}")
+        self.bucket = parsed.netloc
+        self.prefix = join(parsed.path) if parsed.path.strip("/") else ""
+        self.uri = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        self.options = options or S3Options.from_env()
+
+    def _k(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    @cached_property
+    def client(self):
+        o = self.options
+        config = Config(
+            retries={"max_attempts": o.max_attempts, "mode": "standard"},
+            connect_timeout=o.connect_timeout_s,
+            read_timeout=o.read_timeout_s,
+            s3={"addressing_style": "path"} if o.endpoint_url else None,
+        )
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=o.endpoint_url,
+            aws_access_key_id=o.access_key,
+            aws_secret_access_key=o.secret_key,
+            aws_session_token=o.session_token,
+            region_name=o.region,
+            config=config,
+        )
+
+    def _put(self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None) -> str:
+        extra = {}
+        if if_none_match:
+            extra["IfNoneMatch"] = "*"
+        if if_match is not None:
+            extra["IfMatch"] = if_match
+        if not extra and len(data) > self.options.multipart_threshold_bytes:
+            transfer = TransferConfig(multipart_threshold=self.options.multipart_threshold_bytes)
+            self.client.upload_fileobj(io.BytesIO(data), self.bucket, self._k(key), Config=transfer)
+            return self.client.head_object(Bucket=self.bucket, Key=self._k(key))["ETag"]
+        try:
+            return self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **extra)["ETag"]
+        except ClientError as e:
+            if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
+                raise PreconditionFailed(f"conditional write to {self.url(key)} lost a race: {e}") from None
+            raise
+
+    def _get(self, key: str) -> tuple[bytes, str]:
+        try:
+            obj = self.client.get_object(Bucket=self.bucket, Key=self._k(key))
+        except ClientError as e:
+            if e.response["Error"]["Code"] in ("NoSuchKey", "404"):
+                raise ObjectNotFound(f"{self.url(key)} does not exist") from None
+            raise
+        return obj["Body"].read(), obj["ETag"]
+
+    def _head(self, key: str) -> dict | None:
+        try:
+            return self.client.head_object(Bucket=self.bucket, Key=self._k(key))
+        except ClientError as e:
+            if e.response["Error"]["Code"] in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise
+
+    def _exists(self, key: str) -> bool:
+        return self._head(key) is not None
+
+    def _size(self, key: str) -> int:
+        head = self._head(key)
+        if head is None:
+            raise ObjectNotFound(f"{self.url(key)} does not exist")
+        return head["ContentLength"]
+
+    def _list(self, prefix: str) -> Iterator[str]:
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix)):
+            for obj in page.get("Contents", []):
+                yield obj["Key"][strip:]
+
+    def _delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = self.list(prefix)
+        for i in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
+            batch = [{"Key": self._k(k)} for k in keys[i : i + 1000]]
+            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+        return len(keys)
+
+    @cached_property
+    def arrow_fs(self) -> pafs.FileSystem:
+        o = self.options
+        kwargs = {}
+        if o.endpoint_url:
+            # pyarrow ignores AWS_ENDPOINT_URL (see AIRFLOW_NOTES): pass it explicitly.
+            parsed = urlparse(o.endpoint_url)
+            kwargs.update(endpoint_override=parsed.netloc, scheme=parsed.scheme or "https")
+        return pafs.S3FileSystem(
+            access_key=o.access_key,
+            secret_key=o.secret_key,
+            session_token=o.session_token,
+            region=o.region,
+            connect_timeout=o.connect_timeout_s,
+            request_timeout=o.read_timeout_s,
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=o.max_attempts),
+            **kwargs,
+        )
+
+    def arrow_path(self, key: str) -> str:
+        return f"{self.bucket}/{self._k(key)}"
+
+    def _rooted(self, prefix: str) -> Lake:
+        sub = S3Lake(f"s3://{self.bucket}/{self._k(prefix)}", self.options)
+        sub.__dict__["client"] = self.client  # share the connection pool
+        return sub
+
+    def with_options(self, **changes) -> S3Lake:
+        return S3Lake(self.uri, replace(self.options, **changes))

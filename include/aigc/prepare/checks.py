@@ -1,0 +1,216 @@
+"""Per-record checks of stage 1: pure functions, run in worker processes.
+
+Each record either becomes a curated row or a ``Rejected`` with a machine-readable reason
+and a human detail naming the value and the limit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import unicodedata
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+from datasketch import MinHash
+from PIL import Image, UnidentifiedImageError
+
+from aigc.config import PrepareConfig
+from aigc.lake.keys import LakeKeyError, validate_key
+from aigc.prepare.drop import RECORD_FIELDS
+
+REASONS = (
+    "invalid_utf8", "malformed_json", "missing_field", "image_key_invalid", "duplicate_id", "caption_empty",
+    "caption_too_short", "caption_too_long", "blocked_term", "image_missing", "image_empty",
+    "image_too_big_bytes", "image_undecodable", "image_too_large", "image_too_small",
+    "exact_duplicate", "near_duplicate",
+)
+"""Every quarantine reason, in the order checks run."""
+
+THUMB_SIDE = 8  # the grey thumbnail near-duplicate detection compares
+MINHASH_SCHEME = "affine32"  # fixed, so signatures made in workers rebuild identically in the parent
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: str
+    detail: str
+
+    def __post_init__(self) -> None:
+        assert self.reason in REASONS, self.reason
+
+
+def parse_line(data: bytes) -> dict | Rejected:
+    """Bytes of one JSONL line → the record, or why not."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return Rejected("invalid_utf8", f"byte {data[e.start:e.start + 1]!r} at offset {e.start} is not UTF-8")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        return Rejected("malformed_json", f"{e.msg} at column {e.colno}")
+    if not isinstance(record, dict):
+        return Rejected("malformed_json", f"a line must hold a JSON object, got {type(record).__name__}")
+    missing = [f for f in RECORD_FIELDS if not isinstance(record.get(f), str)]
+    # An empty caption is a caption problem, reported as such below, not a missing field.
+    missing = [f for f in missing if not (f == "caption" and record.get(f) == "")]
+    if missing:
+        return Rejected("missing_field", f"field(s) {missing} missing or not strings")
+    try:
+        validate_key(record["image"])  # a record must not point outside its drop
+    except LakeKeyError as e:
+        return Rejected("image_key_invalid", str(e))
+    return record
+
+
+def normalise_caption(caption: str, cfg: PrepareConfig) -> str | Rejected:
+    text = unicodedata.normalize("NFC", caption)
+    text = " ".join(text.split())  # every Unicode space, tab or newline → one space
+    if not text:
+        return Rejected("caption_empty", "caption is empty after whitespace normalisation")
+    if len(text) < cfg.min_caption_chars:
+        return Rejected("caption_too_short", f"caption shorter than min_caption_chars={cfg.min_caption_chars} (got {len(text)})")
+    if len(text) > cfg.max_caption_chars:
+        return Rejected(
+            "caption_too_long",
+            f"caption longer than max_caption_chars={cfg.max_caption_chars} (got {len(text)}); raise --max-caption-chars",
+        )
+    term = blocked_term(text, cfg.blocklist)
+    if term:
+        return Rejected("blocked_term", f"caption contains blocked term {term!r}")
+    return text
+
+
+@lru_cache(maxsize=4)
+def _blocklist_pattern(path: str | None) -> re.Pattern | None:
+    if path is None:
+        text = resources.files("aigc.data").joinpath("blocklist.txt").read_text("utf-8")
+    else:
+        text = Path(path).read_text("utf-8")
+    terms = [t.strip().lower() for t in text.splitlines() if t.strip() and not t.lstrip().startswith("#")]
+    if not terms:
+        return None
+    # Whole words only: "scunthorpe" must not trip on a term inside it.
+    return re.compile(r"\b(" + "|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)) + r")\b", re.I)
+
+
+def blocked_term(text: str, blocklist: str | None) -> str | None:
+    pattern = _blocklist_pattern(blocklist)
+    match = pattern.search(text) if pattern else None
+    return match.group(1).lower() if match else None
+
+
+@dataclass
+class DecodedImage:
+    png: bytes
+    """The curated image: RGB PNG at the configured resolution."""
+    orig_width: int
+    orig_height: int
+    orig_mode: str
+    thumb: bytes
+    """THUMB_SIDE² RGB cells (box-averaged), for near-duplicate checks."""
+
+
+def decode_image(data: bytes | None, cfg: PrepareConfig) -> DecodedImage | Rejected:
+    if data is None:
+        return Rejected("image_missing", "the image object named by the record does not exist")
+    if not data:
+        return Rejected("image_empty", "the image object has zero bytes")
+    if len(data) > cfg.max_image_bytes:
+        return Rejected("image_too_big_bytes", f"image has {len(data)} bytes, above max_image_bytes={cfg.max_image_bytes}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))  # reads the header only
+            w, h = img.size
+            # The bomb guard runs on the header, before a single pixel is decompressed.
+            if w * h > cfg.max_image_pixels or max(w, h) > cfg.max_side:
+                return Rejected(
+                    "image_too_large",
+                    f"image is {w}×{h}; limits are max_side={cfg.max_side}, max_image_pixels={cfg.max_image_pixels}",
+                )
+            if min(w, h) < cfg.min_side:
+                return Rejected("image_too_small", f"image is {w}×{h}, below min_side={cfg.min_side}")
+            img.load()  # full decode: truncated or corrupt data fails here
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        return Rejected("image_too_large", f"decompression-bomb guard: {e}")
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        return Rejected("image_undecodable", f"{type(e).__name__}: {e}")
+    orig_mode, fmt = img.mode, img.format
+    if img.mode != "RGB":
+        if "A" in img.getbands() or img.mode == "P" and "transparency" in img.info:
+            background = Image.new("RGBA", img.size, (255, 255, 255, 255))
+            img = Image.alpha_composite(background, img.convert("RGBA"))
+        img = img.convert("RGB")
+    if img.size != (cfg.resolution, cfg.resolution):
+        img = img.resize((cfg.resolution, cfg.resolution), Image.Resampling.LANCZOS)
+    if fmt == "PNG" and orig_mode == "RGB" and (w, h) == (cfg.resolution,) * 2:
+        png = data  # already what we want: keep the producer's bytes, skip a re-encode
+    else:
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        png = buf.getvalue()
+    thumb = img.resize((THUMB_SIDE, THUMB_SIDE), Image.Resampling.BOX).tobytes()
+    return DecodedImage(png, w, h, orig_mode, thumb)
+
+
+def signature(caption: str, thumb: bytes, num_perm: int) -> np.ndarray:
+    """MinHash over caption words and the thumbnail cells that differ from the background.
+
+    Background cells are left out: they are alike in most images and would make every pair
+    of images with the same background a candidate.
+    """
+    words = re.findall(r"[a-z0-9]+", caption.lower())
+    tokens = {f"w:{w}" for w in words} | {f"b:{a}_{b}" for a, b in zip(words, words[1:], strict=False)}
+    cells = np.frombuffer(thumb, dtype=np.uint8).reshape(-1, 3) >> 6  # 4 levels per channel
+    codes = cells[:, 0] * 16 + cells[:, 1] * 4 + cells[:, 2]
+    background = np.bincount(codes).argmax()
+    tokens |= {f"c{i}:{c}" for i, c in enumerate(codes) if c != background}
+    mh = MinHash(num_perm=num_perm, seed=1, scheme=MINHASH_SCHEME)
+    mh.update_batch([t.encode() for t in tokens])
+    return mh.hashvalues
+
+
+def content_hash(image_sha256: str, caption: str) -> str:
+    return hashlib.sha256(f"{image_sha256}\0{caption}".encode()).hexdigest()
+
+
+def examine(record: dict, image: bytes | None, cfg: PrepareConfig) -> dict | Rejected:
+    """One parsed record and its image bytes → a curated row (plus dedup keys) or a rejection."""
+    caption = normalise_caption(record["caption"], cfg)
+    if isinstance(caption, Rejected):
+        return caption
+    decoded = decode_image(image, cfg)
+    if isinstance(decoded, Rejected):
+        return decoded
+    image_sha = hashlib.sha256(image).hexdigest()
+    return {
+        "id": record["id"],
+        "caption": caption,
+        "image": decoded.png,
+        "width": cfg.resolution,
+        "height": cfg.resolution,
+        "mode": "RGB",
+        "orig_width": decoded.orig_width,
+        "orig_height": decoded.orig_height,
+        "orig_mode": decoded.orig_mode,
+        "caption_chars": len(caption),
+        "image_sha256": image_sha,
+        "content_hash": content_hash(image_sha, caption),
+        "source": record["source"],
+        "created_at": record["created_at"],
+        "_thumb": decoded.thumb,
+        "_signature": signature(caption, decoded.thumb, cfg.near_dup_num_perm),
+    }
+
+
+def examine_batch(batch: list[tuple[dict, bytes | None]], cfg: PrepareConfig) -> list[dict | Rejected]:
+    """The unit of work sent to a decoding process: a few hundred records amortise the IPC."""
+    return [examine(record, image, cfg) for record, image in batch]

@@ -1,0 +1,63 @@
+"""The raw-drop contract between producers and stage 1 (documented in the README).
+
+    <raw root>/dt=YYYY-MM-DD/records-*.jsonl   one JSON object per line:
+        {"id": str, "caption": str, "image": "<key relative to the drop>", "source": str,
+         "created_at": ISO-8601 str}
+    <raw root>/dt=YYYY-MM-DD/images/…           the image objects (PNG, JPEG, WebP …)
+    <raw root>/dt=YYYY-MM-DD/_SUCCESS           written last: the drop is complete
+
+A drop is read only once its ``_SUCCESS`` marker exists, so a half-uploaded drop is never
+prepared.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from aigc.lake import Lake, ObjectNotFound
+from aigc.lake.keys import join, parse_date
+
+SUCCESS = "_SUCCESS"
+RECORD_FIELDS = ("id", "caption", "image", "source", "created_at")
+
+
+class DropNotFound(FileNotFoundError):
+    """No complete drop for a date: the marker is missing."""
+
+
+def drop_prefix(date: str | dt.date) -> str:
+    return join(f"dt={parse_date(date).isoformat()}")
+
+
+def record_files(raw: Lake, date: str | dt.date) -> list[str]:
+    """The JSONL files of a complete drop, in order; DropNotFound if it is not complete."""
+    prefix = drop_prefix(date)
+    if not raw.exists(join(prefix, SUCCESS)):
+        present = raw.list(prefix)
+        what = f"{len(present)} objects but no {SUCCESS} marker" if present else "nothing"
+        raise DropNotFound(
+            f"no complete raw drop at {raw.url(prefix)}: found {what}. Producers write {SUCCESS} last; "
+            f"generate a demo drop with `aigc make-raw --out {raw.uri} --date {parse_date(date)}`"
+        )
+    return [k for k in raw.list(prefix) if k.endswith(".jsonl") and "/images/" not in k]
+
+
+@dataclass(frozen=True)
+class RawLine:
+    """One line of a drop, as bytes, with where it came from (for quarantine and messages)."""
+
+    file: str
+    line_no: int
+    data: bytes
+
+
+def iter_lines(raw: Lake, date: str | dt.date) -> Iterator[RawLine]:
+    for key in record_files(raw, date):
+        try:
+            for n, line in enumerate(raw.iter_lines(key), start=1):
+                if line.strip():
+                    yield RawLine(key, n, line)
+        except ObjectNotFound:
+            raise DropNotFound(f"{raw.url(key)} vanished while the drop was being read") from None

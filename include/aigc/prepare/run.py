@@ -1,0 +1,186 @@
+"""``aigc prepare``: a raw drop → curated Parquet shards + quarantine, in a run's staging folder.
+
+Streaming in bounded windows: the main process parses lines and fetches image bytes (threads,
+for S3 latency), worker processes decode and check images, and the main process deduplicates
+in drop order and writes. At most ``window`` records are in flight, whatever the drop size.
+Nothing is published here: the gate audits the run folder, then ``publish_prepared`` points
+the partition at it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+import time
+from collections import Counter, deque
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from multiprocessing import get_context
+
+from aigc.config import PrepareConfig
+from aigc.lake import Lake, ObjectNotFound
+from aigc.lake.keys import join, parse_date, partition, run_prefix
+from aigc.lake.publish import new_run_id, publish
+from aigc.prepare.checks import Rejected, examine_batch, parse_line
+from aigc.prepare.dedup import ExactDedup, NearDedup
+from aigc.prepare.drop import SUCCESS, RawLine, drop_prefix, iter_lines
+from aigc.prepare.shards import CURATED_SCHEMA, QUARANTINE_SCHEMA, RollingParquetWriter
+from aigc.progress import progress
+
+log = logging.getLogger(__name__)
+MANIFEST = "_manifest.json"
+BATCH = 256  # records per task sent to a decoding process
+
+
+class ReconciliationError(RuntimeError):
+    """Input records ≠ curated + quarantined: a record was lost or counted twice."""
+
+
+def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_id: str | None = None) -> dict:
+    """Prepare the drop of ``date`` from ``raw`` into ``lake``; returns the JSON summary."""
+    date = parse_date(date)
+    run_id = run_id or new_run_id()
+    started = time.perf_counter()
+    curated_run = run_prefix(partition("curated", cfg.dataset, date), run_id)
+    quarantine_run = run_prefix(partition("quarantine", cfg.dataset, date), run_id)
+    lines = iter_lines(raw, date)  # DropNotFound before anything is written
+    expected = _announced_records(raw, date)
+
+    curated = RollingParquetWriter(lake, curated_run, CURATED_SCHEMA,
+                                   target_bytes=cfg.shard_target_bytes, row_group_rows=cfg.row_group_rows)
+    quarantine = RollingParquetWriter(lake, quarantine_run, QUARANTINE_SCHEMA,
+                                      target_bytes=cfg.shard_target_bytes, row_group_rows=cfg.row_group_rows)
+    exact = ExactDedup()
+    near = NearDedup(cfg.near_dup_threshold, cfg.near_dup_num_perm, cfg.near_dup_image_distance)
+    reasons: Counter[str] = Counter()
+    n_input = n_curated = 0
+    caption_chars: list[int] = [10**9, 0, 0]  # min, max, sum
+
+    def reject(line: RawLine, why: Rejected, record: dict | None = None, image: bytes | None = None) -> None:
+        reasons[why.reason] += 1
+        quarantine.write({
+            "id": record.get("id") if record else None, "reason": why.reason, "detail": why.detail,
+            "raw_file": line.file, "raw_line": line.line_no, "raw": line.data,
+            "image_key": record.get("image") if record else None,
+            "image": image if image is not None and len(image) <= cfg.max_image_bytes else None,
+        })
+
+    workers = cfg.workers or os.cpu_count() or 1
+    in_flight: deque[tuple[list, Future]] = deque()
+    max_in_flight = max(2 * workers, cfg.window // BATCH)
+    drop = raw.sub(drop_prefix(date))
+
+    def drain_one() -> None:
+        nonlocal n_curated
+        batch, future = in_flight.popleft()
+        for (line, record, image), result in zip(batch, future.result(), strict=True):
+            if isinstance(result, Rejected):
+                reject(line, result, record, image)
+                continue
+            why = exact.check_id(result["id"]) or exact.check(result)
+            mh = None
+            if why is None:
+                why, mh = near.check(result)
+            if why is not None:
+                reject(line, why, record, image)
+                continue
+            exact.add(result)
+            near.add(result, mh)
+            curated.write({k: v for k, v in result.items() if not k.startswith("_")})
+            n_curated += 1
+            chars = result["caption_chars"]
+            caption_chars[:] = [min(caption_chars[0], chars), max(caption_chars[1], chars), caption_chars[2] + chars]
+
+    with _executor(workers) as pool, ThreadPoolExecutor(max_workers=8) as fetcher:
+        batch: list[tuple[RawLine, dict]] = []
+        for line in progress(lines, desc=f"prepare {date}", total=expected, unit="rec"):
+            n_input += 1
+            parsed = parse_line(line.data)
+            if isinstance(parsed, Rejected):
+                reject(line, parsed)
+                continue
+            batch.append((line, parsed))
+            if len(batch) == BATCH:
+                in_flight.append(_submit(pool, fetcher, drop, batch, cfg))
+                batch = []
+                if len(in_flight) >= max_in_flight:
+                    drain_one()
+        if batch:
+            in_flight.append(_submit(pool, fetcher, drop, batch, cfg))
+        while in_flight:
+            drain_one()
+
+    curated_shards, quarantine_shards = curated.close(), quarantine.close()
+    n_quarantined = sum(reasons.values())
+    if n_input != n_curated + n_quarantined:
+        raise ReconciliationError(
+            f"input {n_input} ≠ curated {n_curated} + quarantined {n_quarantined}: records were lost or doubled"
+        )
+    seconds = time.perf_counter() - started
+    manifest = {
+        "dataset": cfg.dataset, "date": date.isoformat(), "run_id": run_id, "raw": drop.uri,
+        "input_records": n_input, "rows": n_curated, "quarantined": dict(sorted(reasons.items())),
+        "bytes": sum(s["bytes"] for s in curated_shards), "shards": curated_shards,
+        "quarantine": {"prefix": quarantine_run, "shards": quarantine_shards},
+        "schema": CURATED_SCHEMA.to_string(show_schema_metadata=False),
+        "stats": {"caption_chars": {"min": caption_chars[0] if n_curated else None, "max": caption_chars[1],
+                                    "mean": caption_chars[2] / n_curated if n_curated else None}},
+        "config": dataclasses.asdict(cfg), "seconds": round(seconds, 3),
+    }
+    lake.put_json(join(curated_run, MANIFEST), manifest)
+    lake.put_json(join(quarantine_run, MANIFEST), {k: manifest[k] for k in ("date", "run_id", "quarantined")})
+    return {
+        "stage": "prepare", "date": date.isoformat(), "run_id": run_id, "input": n_input, "curated": n_curated,
+        "quarantined": n_quarantined, "reasons": dict(sorted(reasons.items())),
+        "staging_uri": lake.url(curated_run), "quarantine_uri": lake.url(quarantine_run),
+        "shards": len(curated_shards), "seconds": round(seconds, 3),
+        "rows_per_s": round(n_input / seconds, 1) if seconds else None,
+    }
+
+
+def publish_prepared(lake: Lake, dataset: str, date: str | dt.date, run_id: str) -> dict:
+    """Publish a gated run: quarantine first, curated last (curated is what stage 2 follows)."""
+    q = publish(lake, partition("quarantine", dataset, date), run_id)
+    c = publish(lake, partition("curated", dataset, date), run_id, manifest=MANIFEST)
+    return {"stage": "publish", "date": parse_date(date).isoformat(), "run_id": run_id,
+            "curated_uri": lake.url(c["run_prefix"]), "quarantine_uri": lake.url(q["run_prefix"]),
+            "replaced_run_id": c["previous_run_id"]}
+
+
+def _announced_records(raw: Lake, date: dt.date) -> int | None:
+    try:
+        return int(raw.get_json(join(drop_prefix(date), SUCCESS)).get("records"))
+    except (ValueError, TypeError, AttributeError):
+        return None  # a bare marker is fine: the count is only for the progress bar
+
+
+def _fetch(drop: Lake, key: str) -> bytes | None:
+    try:
+        return drop.get_bytes(key)
+    except ObjectNotFound:
+        return None
+
+
+def _submit(pool: Executor, fetcher: ThreadPoolExecutor, drop: Lake, batch: list, cfg: PrepareConfig):
+    images = list(fetcher.map(lambda item: _fetch(drop, item[1]["image"]), batch))
+    work = [(record, image) for (_line, record), image in zip(batch, images, strict=True)]
+    return [(line, record, image) for (line, record), image in zip(batch, images, strict=True)], pool.submit(
+        examine_batch, work, cfg
+    )
+
+
+class _InlineExecutor(Executor):
+    """One worker: decode in this process and skip the IPC."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future: Future = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+def _executor(workers: int) -> Executor:
+    if workers <= 1:
+        return _InlineExecutor()
+    # forkserver: safe beside the fetcher's threads and any CUDA state in the parent.
+    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("forkserver"))

@@ -1,0 +1,98 @@
+"""Parquet writers for stage 1: curated shards that roll at a target size, and quarantine."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from aigc.lake import Lake
+from aigc.lake.keys import join
+
+CURATED_SCHEMA = pa.schema([
+    ("id", pa.string()), ("caption", pa.string()), ("image", pa.binary()),
+    ("width", pa.int32()), ("height", pa.int32()), ("mode", pa.string()),
+    ("orig_width", pa.int32()), ("orig_height", pa.int32()), ("orig_mode", pa.string()),
+    ("caption_chars", pa.int32()), ("image_sha256", pa.string()), ("content_hash", pa.string()),
+    ("source", pa.string()), ("created_at", pa.string()),
+])
+QUARANTINE_SCHEMA = pa.schema([
+    ("id", pa.string()), ("reason", pa.string()), ("detail", pa.string()),
+    ("raw_file", pa.string()), ("raw_line", pa.int64()), ("raw", pa.binary()),
+    ("image_key", pa.string()), ("image", pa.binary()),
+])
+
+
+class RollingParquetWriter:
+    """Buffers rows into row groups and starts a new ``part-NNNNN.parquet`` past a target size."""
+
+    def __init__(self, lake: Lake, prefix: str, schema: pa.Schema, *, target_bytes: int, row_group_rows: int):
+        self.lake, self.prefix, self.schema = lake, prefix, schema
+        self.target_bytes, self.row_group_rows = target_bytes, row_group_rows
+        self._rows: list[dict] = []
+        self._writer = None
+        self._sink = None
+        self._shard_bytes = 0
+        self.shards: list[dict] = []
+
+    def write(self, row: dict) -> None:
+        self._rows.append(row)
+        if len(self._rows) >= self.row_group_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows:
+            return
+        table = pa.Table.from_pylist(self._rows, schema=self.schema)
+        self._rows = []
+        if self._writer is None:
+            key = join(self.prefix, f"part-{len(self.shards):05d}.parquet")
+            self._sink = HashingSink(self.lake.open_output(key))
+            self._writer = pq.ParquetWriter(self._sink, self.schema, compression="zstd")
+            self.shards.append({"key": key, "rows": 0})
+        self._writer.write_table(table, row_group_size=self.row_group_rows)
+        self.shards[-1]["rows"] += table.num_rows
+        self._shard_bytes += table.nbytes  # uncompressed: images are PNG, so close to the file size
+        if self._shard_bytes >= self.target_bytes:
+            self._close_shard()
+
+    def _close_shard(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._sink.close()
+            shard = self.shards[-1]
+            shard["bytes"] = self._sink.size
+            shard["sha256"] = self._sink.digest.hexdigest()
+        self._writer, self._sink, self._shard_bytes = None, None, 0
+
+    def close(self) -> list[dict]:
+        self._flush()
+        self._close_shard()
+        return self.shards
+
+
+class HashingSink:
+    """A write-only file that hashes what passes through: shard checksums without a re-read."""
+
+    def __init__(self, sink: pa.NativeFile):
+        self._sink = sink
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self._sink.write(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self._sink.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._sink.close()
+            self.closed = True

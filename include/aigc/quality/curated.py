@@ -1,0 +1,86 @@
+"""Gate 1 (prepare → train): the expectations a curated partition must meet to be published.
+
+The gate recounts the run's Parquet files itself rather than trusting the manifest, so
+reconciliation (input = curated + Σ quarantined) is checked against what is really stored.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+
+from aigc.config import CuratedGateThresholds, PrepareConfig
+from aigc.lake import Lake
+from aigc.lake.keys import join, partition, run_prefix
+from aigc.prepare.run import MANIFEST
+from aigc.prepare.shards import CURATED_SCHEMA
+from aigc.quality.gate import Table, run_gate
+
+GATE = "curated"
+_COLUMNS = [f.name for f in CURATED_SCHEMA if f.name != "image"]  # image bytes are not needed to judge
+
+
+def validate_curated(
+    lake: Lake, dataset: str, date: str | dt.date, run_id: str,
+    thresholds: CuratedGateThresholds, prepare_cfg: PrepareConfig,
+) -> dict:
+    """Run gate 1 on a prepared (not yet published) run; GateFailed if it does not pass."""
+    import great_expectations.expectations as gxe
+
+    curated_run = run_prefix(partition("curated", dataset, date), run_id)
+    quarantine_run = run_prefix(partition("quarantine", dataset, date), run_id)
+    manifest = lake.get_json(join(curated_run, MANIFEST))
+    shard_keys = [s["key"] for s in manifest["shards"]]
+    rows = (lake.read_parquet(shard_keys, columns=_COLUMNS).to_pandas() if shard_keys
+            else pd.DataFrame({c: pd.Series(dtype="object") for c in _COLUMNS}))
+    schema = pd.DataFrame(
+        [{"shard": k, "column": f.name, "type": str(f.type), "expected": str(CURATED_SCHEMA.field(f.name).type)
+          if f.name in CURATED_SCHEMA.names else "<not in schema>"}
+         for k in shard_keys for f in lake.parquet_file(k).schema_arrow]
+    )
+    quarantined_rows = sum(lake.parquet_file(s["key"]).metadata.num_rows for s in manifest["quarantine"]["shards"])
+    n_input = manifest["input_records"]
+    by_reason = pd.DataFrame(
+        [{"reason": r, "count": n, "ratio": n / n_input} for r, n in manifest["quarantined"].items()],
+        columns=["reason", "count", "ratio"],
+    )
+    quarantined = int(by_reason["count"].sum())
+    totals = pd.DataFrame([{
+        "input": n_input,
+        "accounted": len(rows) + quarantined,
+        "manifest_rows": manifest["rows"], "stored_rows": len(rows),
+        "manifest_quarantined": quarantined, "stored_quarantined": quarantined_rows,
+        "quarantine_ratio": quarantined / n_input if n_input else 0.0,
+    }])
+    res = prepare_cfg.resolution
+    tables = [
+        Table("schema", schema, [
+            gxe.ExpectColumnPairValuesToBeEqual(column_A="type", column_B="expected"),
+            gxe.ExpectTableRowCountToEqual(value=len(CURATED_SCHEMA) * len(shard_keys)),
+        ]),
+        Table("rows", rows, [
+            gxe.ExpectTableRowCountToBeBetween(min_value=thresholds.min_rows),
+            *[gxe.ExpectColumnValuesToNotBeNull(column=c)
+              for c in ("id", "caption", "image_sha256", "content_hash", "source", "created_at")],
+            gxe.ExpectColumnValueLengthsToBeBetween(
+                column="caption", min_value=prepare_cfg.min_caption_chars, max_value=prepare_cfg.max_caption_chars),
+            gxe.ExpectColumnValuesToBeBetween(column="width", min_value=res, max_value=res),
+            gxe.ExpectColumnValuesToBeBetween(column="height", min_value=res, max_value=res),
+            gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=["RGB"]),
+            gxe.ExpectColumnValuesToBeUnique(column="id"),
+            gxe.ExpectColumnValuesToBeUnique(column="content_hash"),
+            gxe.ExpectColumnValueLengthsToEqual(column="image_sha256", value=64),
+        ]),
+        Table("quarantine_by_reason", by_reason, [
+            gxe.ExpectColumnValuesToBeBetween(column="ratio", max_value=thresholds.max_reason_ratio),
+        ]),
+        Table("reconciliation", totals, [
+            gxe.ExpectColumnPairValuesToBeEqual(column_A="input", column_B="accounted"),
+            gxe.ExpectColumnPairValuesToBeEqual(column_A="manifest_rows", column_B="stored_rows"),
+            gxe.ExpectColumnPairValuesToBeEqual(column_A="manifest_quarantined", column_B="stored_quarantined"),
+            gxe.ExpectColumnValuesToBeBetween(column="quarantine_ratio", max_value=thresholds.max_quarantine_ratio),
+        ]),
+    ]
+    prefix = run_prefix(partition("quality", GATE, date), run_id)
+    return run_gate(GATE, tables, lake, prefix)

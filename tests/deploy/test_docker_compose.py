@@ -1,0 +1,181 @@
+"""Static checks of the Compose deployment: docker-compose.yaml, Dockerfile and .env.example.
+
+Nothing here starts containers. The wiring is checked on the parsed YAML after Compose-style
+interpolation, once with the .env.example values and once with "probe" values (every variable
+set to <<NAME>>), so a value hard-coded in one place cannot pass by matching the example.
+"""
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE, ENV_EXAMPLE = ROOT / "docker-compose.yaml", ROOT / ".env.example"
+AIRFLOW_HOME = "/opt/airflow"  # the official image's AIRFLOW_HOME (dags_folder, plugins_folder)
+AIRFLOW_SERVICES = {"airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
+                    "airflow-triggerer", "airflow-worker"}
+VAR = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
+SECRET_NAME = re.compile(r"(PASSWORD|SECRET|_KEY|_KEY_ID|TOKEN)$")
+PROBE_VALUE = re.compile(r"<<\w+>>")
+
+
+def env_example() -> dict[str, str]:
+    lines = [ln.strip() for ln in ENV_EXAMPLE.read_text().splitlines()]
+    return dict(ln.split("=", 1) for ln in lines if ln and not ln.startswith("#"))
+
+
+def walk(obj, fn):
+    """Apply fn to every string (keys included) of a parsed YAML document."""
+    if isinstance(obj, dict):
+        return {walk(k, fn): walk(v, fn) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [walk(v, fn) for v in obj]
+    return fn(obj) if isinstance(obj, str) else obj
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose interpolation: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}, ${VAR?err}; $$ is '$'."""
+    def one(m: re.Match) -> str:
+        name, op, arg = m.groups()
+        val = env.get(name)
+        if val is None or (op and op.startswith(":") and val == ""):
+            if op and op.endswith("-"):
+                return arg
+            raise KeyError(f"${{{name}}} is not set ({arg or 'no default'})")
+        return val
+
+    return "$".join(VAR.sub(one, part) for part in text.split("$$"))
+
+
+RAW = yaml.safe_load(COMPOSE.read_text())  # PyYAML resolves the `<<: *anchor` merges
+UNESCAPED: list[str] = []  # every string of the file with the $$ escapes removed
+walk(RAW, lambda s: UNESCAPED.append("".join(s.split("$$"))))
+USED = {m.group(1) for s in UNESCAPED for m in VAR.finditer(s)}
+PROBED = walk(RAW, lambda s: interpolate(s, {name: f"<<{name}>>" for name in USED}))
+
+
+@pytest.fixture(params=["example", "probe"])
+def compose(request) -> dict:
+    return PROBED if request.param == "probe" else walk(RAW, lambda s: interpolate(s, env_example()))
+
+
+def queues(command) -> list[str]:
+    args = shlex.split(command) if isinstance(command, str) else list(command)
+    flag = next((i for i, a in enumerate(args) if a in ("--queues", "-q")), None)
+    return [] if flag is None else args[flag + 1].split(",")
+
+
+def test_compose_config_is_valid(tmp_path):
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose not installed: apt-get install docker-compose; `make test` installs it")
+    good, bad = tmp_path / "good.env", tmp_path / "bad.env"
+    good.write_text(ENV_EXAMPLE.read_text())
+    bad.write_text(re.sub(r"(?m)^POSTGRES_PASSWORD=.*$", "", ENV_EXAMPLE.read_text()))
+
+    def config(env_file: Path) -> subprocess.CompletedProcess:
+        cmd = [binary, "--env-file", str(env_file), "-f", str(COMPOSE), "config", "-q"]
+        # Minimal env: variables exported in the caller's shell would override the env file.
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    ok = config(good)
+    assert ok.returncode == 0, ok.stderr
+    missing = config(bad)  # a missing secret must stop compose, not become an empty password
+    assert missing.returncode != 0 and "POSTGRES_PASSWORD" in missing.stderr
+
+
+def test_s3_endpoint_is_the_minio_service(compose):
+    env, services = compose["x-airflow-common"]["environment"], compose["services"]
+    conn = json.loads(env["AIRFLOW_CONN_AWS_DEFAULT"])
+    endpoint = urlsplit(conn["extra"]["endpoint_url"])
+    minio = services[endpoint.hostname]
+    assert "minio/minio" in minio["image"] and f"--address :{endpoint.port}" in minio["command"]
+    assert env["AWS_ENDPOINT_URL"] == conn["extra"]["endpoint_url"]
+    assert conn["extra"]["region_name"] == env["AWS_DEFAULT_REGION"]
+    credentials, root = (conn["login"], conn["password"]), minio["environment"]
+    assert credentials == (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
+    assert credentials == (root["MINIO_ROOT_USER"], root["MINIO_ROOT_PASSWORD"])
+
+
+def test_minio_init_creates_the_lake_bucket(compose):
+    env, init = compose["x-airflow-common"]["environment"], compose["services"]["minio-init"]
+    created = re.findall(r"mc mb --ignore-existing \"?\w+/([^\s\"/]+)", " ".join(init["command"]))
+    lake = urlsplit(env["AIGC_LAKE_URI"])
+    assert lake.scheme == "s3" and created == [lake.netloc]
+    assert urlsplit(env["AIRFLOW__LOGGING__REMOTE_BASE_LOG_FOLDER"]).netloc == lake.netloc
+
+
+def test_airflow_services_share_image_environment_and_mounts(compose):
+    common, services = compose["x-airflow-common"], compose["services"]
+    include_target = dockerfile_include_path()
+    airflow = {name for name in services if name.startswith("airflow-")}
+    assert airflow >= AIRFLOW_SERVICES
+    for name in sorted(airflow):
+        svc = services[name]
+        assert (svc["build"], svc["image"]) == (common["build"], common["image"]), name
+        assert common["environment"].items() <= svc["environment"].items(), name
+        mounts = dict(v.split(":")[:2] for v in svc["volumes"])
+        assert mounts.get("./dags") == f"{AIRFLOW_HOME}/dags", name
+        assert mounts.get("./plugins") == f"{AIRFLOW_HOME}/plugins", name
+        assert mounts.get("./include") == include_target, name
+        waits = {dep: c["condition"] for dep, c in svc["depends_on"].items()}
+        assert waits["minio-init"] == "service_completed_successfully", name
+        assert waits["postgres"] == waits["redis"] == "service_healthy", name
+        if name != "airflow-init":
+            assert waits["airflow-init"] == "service_completed_successfully", name
+
+
+def test_gpu_queue_is_served_only_by_gpu_workers(compose):
+    services = compose["services"]
+    listening = {name: queues(svc.get("command", "")) for name, svc in services.items()}
+    assert "gpu" in listening["airflow-worker"]
+    assert any("default" in q for q in listening.values())
+    for name in (name for name, qs in listening.items() if "gpu" in qs):
+        devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]} in devices, name
+
+
+def test_no_literal_secrets():
+    text = COMPOSE.read_text()
+    for name, value in env_example().items():
+        assert not SECRET_NAME.search(name) or value not in text, f"example value of {name} hard-coded"
+    for svc in [PROBED["x-airflow-common"], *PROBED["services"].values()]:
+        for key, value in (svc.get("environment") or {}).items():
+            assert not SECRET_NAME.search(key) or PROBE_VALUE.fullmatch(value), f"{key} not from .env"
+    probed_strings: list[str] = []
+    walk(PROBED, probed_strings.append)
+    for s in probed_strings:  # URL credentials and JSON connection passwords
+        for password in re.findall(r"://[^/:@\s]+:([^@\s]+)@|\"password\":\s*\"([^\"]*)\"", s):
+            assert PROBE_VALUE.fullmatch("".join(password)), s
+
+
+def dockerfile_include_path() -> str:
+    """Check the Dockerfile and return where it installs the `aigc` sources (editable) from."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"(?m)^FROM apache/airflow:3\.3\.2-python3\.11\s*$", text)
+    copied = re.search(r"(?m)^COPY\s+(?:--\S+\s+)*include/?\s+(\S+)\s*$", text)
+    editable = re.search(r"pip install[^\n]*\s-e\s+(\S+)", text)
+    assert copied and editable, "Dockerfile must COPY include/ and `pip install -e` the project"
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    include = f"{editable.group(1).rstrip('/')}/{package_dir['']}"
+    assert copied.group(1).rstrip("/") == include
+    for pkg in ("apache-airflow-providers-celery", "apache-airflow-providers-postgres", "psycopg2-binary"):
+        assert re.search(rf"\s{pkg}==\d", text), f"{pkg} must be installed with an exact pin"
+    return include
+
+
+def test_every_compose_variable_is_documented():
+    assert not [s for s in UNESCAPED if re.search(r"\$\w", s)], "write ${VAR}, not $VAR"
+    documented = env_example().keys()
+    assert documented == USED, documented ^ USED
+    for block in ENV_EXAMPLE.read_text().split("\n\n"):  # each variable's paragraph has a comment
+        assert "=" not in block or any(ln.startswith("#") for ln in block.splitlines()), block
