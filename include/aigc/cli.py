@@ -73,6 +73,35 @@ def cmd_publish(args: argparse.Namespace) -> dict:
     return {"command": "publish", **publish_prepared(open_lake(args.lake), cfg.prepare.dataset, args.date, args.run_id)}
 
 
+def cmd_status(args: argparse.Namespace) -> dict:
+    """What is published for a date, and what the gate said about it."""
+    from aigc.lake.keys import partition
+    from aigc.lake.publish import NotPublished, resolve
+    from aigc.prepare.run import MANIFEST
+
+    cfg = _config(args)
+    lake = open_lake(args.lake)
+    status: dict = {"command": "status", "lake": lake.uri, "date": args.date}
+    try:
+        pointer = resolve(lake, partition("curated", cfg.prepare.dataset, args.date))
+    except NotPublished as e:
+        return {**status, "curated": None, "note": str(e)}
+    manifest = lake.get_json(join(pointer["run_prefix"], MANIFEST))
+    gate_key = join(partition("quality", "curated", args.date), f"run={pointer['run_id']}", "result.json")
+    gate = lake.get_json(gate_key) if lake.exists(gate_key) else None
+    log.info("curated %s: %d rows in %d shard(s) from %d input records; quarantined %s",
+             lake.url(pointer["run_prefix"]), manifest["rows"], len(manifest["shards"]),
+             manifest["input_records"], manifest["quarantined"])
+    if gate:
+        log.info("gate 1: %s — data docs %s", "PASS" if gate["success"] else "FAIL", gate["data_docs_uri"])
+    return {**status, "run_id": pointer["run_id"], "published_at": pointer["published_at"],
+            "curated_uri": lake.url(pointer["run_prefix"]), "rows": manifest["rows"],
+            "input": manifest["input_records"], "quarantined": manifest["quarantined"],
+            "quarantine_uri": lake.url(manifest["quarantine"]["prefix"]),
+            "gate_passed": gate["success"] if gate else None,
+            "data_docs_uri": gate["data_docs_uri"] if gate else None}
+
+
 def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls) -> None:
     group = p.add_argument_group(f"{section} settings (defaults from --preset)")
     for f in dataclasses.fields(cfg_cls):
@@ -116,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_flags(p, "curated_gate", CuratedGateThresholds)
         if name == "prepare":
             p.add_argument("--source", dest="raw__source", default=None, help="raw source name (default shapes)")
+    p = command("status", cmd_status, "what is published for a date, with its gate results")
+    _add_config_flags(p, "prepare", PrepareConfig)
     return parser
 
 

@@ -100,6 +100,9 @@ class Lake(ABC):
             prefix += "/"
         return sorted(self._list(prefix))
 
+    def delete(self, key: str) -> None:
+        self._delete(validate_key(key))
+
     def delete_prefix(self, prefix: str) -> int:
         """Delete every key under ``prefix``; returns how many were deleted."""
         keys = self.list(validate_key(prefix))
@@ -131,8 +134,9 @@ class Lake(ABC):
                 yield tail
 
     def parquet_writer(self, key: str, schema: pa.Schema, **kwargs: Any) -> pq.ParquetWriter:
+        """A Parquet writer that owns its stream: ``close()`` completes the (multipart) upload."""
         kwargs.setdefault("compression", "zstd")
-        return pq.ParquetWriter(self.open_output(key), schema, **kwargs)
+        return pq.ParquetWriter(self.arrow_path(validate_key(key)), schema, filesystem=self.arrow_fs, **kwargs)
 
     def parquet_file(self, key: str) -> pq.ParquetFile:
         return pq.ParquetFile(self.open_input(key))

@@ -3,21 +3,29 @@
 Readers resolve ``<partition>/_PUBLISHED.json`` and read only the run folder it names, so a
 reader sees the old partition or the new one, never a mix. The pointer is replaced with a
 conditional write (If-None-Match / If-Match), so two runs racing to publish one date cannot
-both win against the same old state. After a publish, runs older than the previous
-publication are deleted: re-running a date replaces its partition and appends nothing.
+both win against the same old state.
+
+Garbage collection after a publish deletes the publication two generations back (the
+previous one stays for readers that resolved it a moment ago) and unpublished runs older
+than ``STALE_AFTER`` (failed attempts). Younger unpublished runs may still be in flight and
+are left alone. So re-running a date replaces its partition and appends nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import random
 import secrets
+import time
 
 from aigc.lake.base import Lake, ObjectNotFound, PreconditionFailed, json_bytes
 from aigc.lake.keys import join, run_prefix, validate_run_id
 
 POINTER = "_PUBLISHED.json"
-MAX_CAS_ATTEMPTS = 5
+MAX_CAS_ATTEMPTS = 20
+STALE_AFTER = dt.timedelta(hours=24)
+_RUN_TIME = "%Y%m%dT%H%M%S%fZ"
 
 
 class NotPublished(LookupError):
@@ -27,7 +35,14 @@ class NotPublished(LookupError):
 def new_run_id(now: dt.datetime | None = None) -> str:
     """Sortable by start time, unique without coordination: ``20261129T213000Z-1a2b3c``."""
     now = now or dt.datetime.now(dt.UTC)
-    return f"{now:%Y%m%dT%H%M%S%fZ}-{secrets.token_hex(3)}"
+    return f"{now.strftime(_RUN_TIME)}-{secrets.token_hex(3)}"
+
+
+def run_started(run_id: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.strptime(run_id.split("-", 1)[0], _RUN_TIME).replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None  # a run id not made by new_run_id: never collected as stale
 
 
 def resolve(lake: Lake, partition: str) -> dict:
@@ -64,18 +79,20 @@ def publish(lake: Lake, partition: str, run_id: str, **fields) -> dict:
                 lake.put_if_match(pointer_key, json_bytes(pointer), etag)
             break
         except PreconditionFailed:
-            continue  # another run published meanwhile: re-read and try again
+            # Another run published meanwhile: re-read and try again, after a jittered pause.
+            time.sleep(random.uniform(0, 0.05))
     else:
         raise PreconditionFailed(f"gave up publishing {lake.url(pointer_key)} after {MAX_CAS_ATTEMPTS} races")
-    _collect_garbage(lake, partition, keep={run_id, pointer["previous_run_id"]}, newest=run_id)
+    superseded = previous.get("previous_run_id") if previous else None
+    _collect_garbage(lake, partition, keep={run_id, pointer["previous_run_id"]}, superseded=superseded)
     return pointer
 
 
-def _collect_garbage(lake: Lake, partition: str, keep: set, newest: str) -> None:
-    # Keep the previous publication one generation longer: a reader that resolved the old
-    # pointer a moment ago can still finish. Runs newer than this one may be in flight.
-    runs = {k[len(partition) + 1 :].split("/", 1)[0] for k in lake.list(partition) if "/run=" in k}
-    for folder in runs:
+def _collect_garbage(lake: Lake, partition: str, keep: set, superseded: str | None) -> None:
+    stale_before = dt.datetime.now(dt.UTC) - STALE_AFTER
+    folders = {k[len(partition) + 1 :].split("/", 1)[0] for k in lake.list(partition) if "/run=" in k}
+    for folder in folders:
         run_id = folder.removeprefix("run=")
-        if run_id not in keep and run_id < newest:
+        started = run_started(run_id)
+        if run_id not in keep and (run_id == superseded or (started is not None and started < stale_before)):
             lake.delete_prefix(join(partition, folder))

@@ -40,7 +40,9 @@ class NearDedup:
     """MinHash-LSH proposes candidates; the largest difference of their 8×8 RGB thumbnails confirms them."""
 
     def __init__(self, threshold: float, num_perm: int, max_image_distance: float) -> None:
-        self._lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+        # Weighted against false negatives: a missed pair is a duplicate trained on twice, while
+        # a false candidate only costs one thumbnail comparison.
+        self._lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=(0.1, 0.9))
         self._num_perm = num_perm
         self._thumbs: dict[str, np.ndarray] = {}
         self._max_distance = max_image_distance

@@ -53,8 +53,9 @@ class RawLine:
     data: bytes
 
 
-def iter_lines(raw: Lake, date: str | dt.date) -> Iterator[RawLine]:
-    for key in record_files(raw, date):
+def iter_lines(raw: Lake, files: list[str]) -> Iterator[RawLine]:
+    """Every non-blank line of ``files`` (from ``record_files``), streamed."""
+    for key in files:
         try:
             for n, line in enumerate(raw.iter_lines(key), start=1):
                 if line.strip():

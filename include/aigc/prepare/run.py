@@ -24,7 +24,7 @@ from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
 from aigc.prepare.checks import Rejected, examine_batch, parse_line
 from aigc.prepare.dedup import ExactDedup, NearDedup
-from aigc.prepare.drop import SUCCESS, RawLine, drop_prefix, iter_lines
+from aigc.prepare.drop import SUCCESS, RawLine, drop_prefix, iter_lines, record_files
 from aigc.prepare.shards import CURATED_SCHEMA, QUARANTINE_SCHEMA, RollingParquetWriter
 from aigc.progress import progress
 
@@ -44,7 +44,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
     started = time.perf_counter()
     curated_run = run_prefix(partition("curated", cfg.dataset, date), run_id)
     quarantine_run = run_prefix(partition("quarantine", cfg.dataset, date), run_id)
-    lines = iter_lines(raw, date)  # DropNotFound before anything is written
+    lines = iter_lines(raw, record_files(raw, date))  # DropNotFound before anything is written
     expected = _announced_records(raw, date)
 
     curated = RollingParquetWriter(lake, curated_run, CURATED_SCHEMA,

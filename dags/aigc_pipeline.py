@@ -1,0 +1,118 @@
+"""aigc_pipeline: the nightly AI-generated-content pipeline, one partition per logical date.
+
+    raw drop ─┬─ make_demo_drop ─┐
+              └─ wait_for_drop ──┴─ prepare ── gate_curated ── publish_curated ──▶ (stage 2)
+
+This file only wires tasks: every task body imports the ``aigc`` core when it runs, so the
+scheduler parses this file in milliseconds and with no I/O.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pendulum
+from aigc_airflow.operators import QualityGateOperator
+from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, get_current_context, task
+
+LAKE_URI = os.environ.get("AIGC_LAKE_URI", "")
+CURATED = Asset(name="aigc_curated_shapes", uri=f"{LAKE_URI.rstrip('/') or 'file:///aigc-lake'}/curated/shapes")
+
+PARAMS = {
+    "preset": Param("default", enum=["default", "demo"], title="Preset",
+                    description="Named configuration: 'demo' is small enough for a laptop in minutes."),
+    "synthetic_drop": Param(True, type="boolean", title="Generate a synthetic raw drop",
+                            description="On: write a demo drop for this date first. Off: wait for a producer's drop "
+                                        "(its _SUCCESS marker) under the raw URI."),
+    "raw_uri": Param("", type="string", title="Raw drop root URI",
+                     description="Where drops land, e.g. s3://bucket/raw/shapes. Empty: <lake>/raw/shapes."),
+    "n_records": Param(None, type=["null", "integer"], minimum=1, maximum=5_000_000, title="Synthetic records",
+                       description="Records in the synthetic drop (empty: the preset's)."),
+    "resolution": Param(None, type=["null", "integer"], enum=[None, 32, 64, 128, 256], title="Image resolution",
+                        description="Side of the square images, in pixels (empty: the preset's)."),
+    "dirt_rate": Param(None, type=["null", "number"], minimum=0, maximum=1, title="Dirt rate",
+                       description="Fraction of synthetic records with planted defects."),
+    "near_dup_threshold": Param(None, type=["null", "number"], minimum=0.05, maximum=1,
+                                title="Near-duplicate similarity threshold"),
+    "min_rows": Param(None, type=["null", "integer"], minimum=0, title="Gate 1: minimum curated rows"),
+    "max_quarantine_ratio": Param(None, type=["null", "number"], minimum=0, maximum=1,
+                                  title="Gate 1: maximum quarantined fraction"),
+}
+
+
+def _run_config():
+    """(context, typed config, lake, date) for the running task."""
+    from aigc_airflow.runtime import open_task_lake, partition_date, pipeline_config
+
+    context = get_current_context()
+    return context, pipeline_config(context["params"]), open_task_lake(), partition_date(context)
+
+
+def _raw_lake(lake, cfg, params):
+    from aigc.lake.keys import join
+    from aigc_airflow.runtime import open_task_lake
+
+    return open_task_lake(params["raw_uri"]) if params.get("raw_uri") else lake.sub(join("raw", cfg.raw.source))
+
+
+@dag(
+    dag_id="aigc_pipeline",
+    description="Nightly AIGC pipeline: prepare → train → deploy → generate → evaluate, gated at each step.",
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC")  # day D runs after D ends,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=2,
+    params=PARAMS,
+    tags=["aigc", "stage-1-prepare"],
+    default_args={
+        "owner": "aigc-platform",
+        "retries": 2,
+        "retry_delay": timedelta(minutes=1),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=15),
+    },
+    doc_md=__doc__,
+)
+def aigc_pipeline():
+    @task.branch
+    def choose_drop() -> str:
+        return "make_demo_drop" if get_current_context()["params"]["synthetic_drop"] else "wait_for_drop"
+
+    @task
+    def make_demo_drop() -> dict:
+        from aigc.prepare import make_raw_drop
+
+        context, cfg, lake, date = _run_config()
+        return make_raw_drop(_raw_lake(lake, cfg, context["params"]), date, cfg.raw)
+
+    @task.sensor(poke_interval=300, timeout=6 * 3600, mode="reschedule")
+    def wait_for_drop():
+        from aigc.lake.keys import join
+        from aigc.prepare.drop import SUCCESS, drop_prefix
+
+        context, cfg, lake, date = _run_config()
+        return _raw_lake(lake, cfg, context["params"]).exists(join(drop_prefix(date), SUCCESS))
+
+    @task(trigger_rule="none_failed_min_one_success")
+    def prepare() -> dict:
+        from aigc.prepare import prepare as prepare_drop
+
+        context, cfg, lake, date = _run_config()
+        return prepare_drop(_raw_lake(lake, cfg, context["params"]), lake, date, cfg.prepare)
+
+    @task(outlets=[CURATED])
+    def publish_curated(prepared: dict) -> dict:
+        from aigc.prepare import publish_prepared
+
+        _context, cfg, lake, _date = _run_config()
+        return publish_prepared(lake, cfg.prepare.dataset, prepared["date"], prepared["run_id"])
+
+    branch = choose_drop()
+    prepared = prepare()
+    branch >> [make_demo_drop(), wait_for_drop()] >> prepared
+    gate = QualityGateOperator(task_id="gate_curated", gate="curated", prepared=prepared)
+    gate >> publish_curated(prepared)
+
+
+aigc_pipeline()

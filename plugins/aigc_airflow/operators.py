@@ -1,0 +1,45 @@
+"""Custom operators: the quality gate that stands between a stage and its publication."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from aigc_airflow.runtime import open_task_lake, pipeline_config
+
+
+def _curated_gate(lake, cfg, prepared: dict) -> dict:
+    from aigc.quality.curated import validate_curated
+
+    return validate_curated(lake, cfg.prepare.dataset, prepared["date"], prepared["run_id"],
+                            cfg.curated_gate, cfg.prepare)
+
+
+GATES = {"curated": _curated_gate}
+
+
+class QualityGateOperator(BaseOperator):
+    """Run a Great Expectations gate on a stage's staging output; fail the task if it does not pass.
+
+    ``prepared`` is the stage task's summary (an XComArg): it names the run to audit. The
+    data is loaded when the task runs, never at DAG parse time. Results (JSON and Data Docs)
+    are written to ``quality/<gate>/dt=<date>/run=<run_id>/`` in the lake either way.
+    """
+
+    template_fields: Sequence[str] = ("prepared",)
+    ui_color = "#e8f4e8"
+
+    def __init__(self, *, gate: str, prepared: Any, **kwargs):
+        super().__init__(**kwargs)
+        if gate not in GATES:
+            raise ValueError(f"unknown gate {gate!r}; known gates: {sorted(GATES)}")
+        self.gate = gate
+        self.prepared = prepared
+
+    def execute(self, context) -> dict:
+        cfg = pipeline_config(context["params"])
+        result = GATES[self.gate](open_task_lake(), cfg, self.prepared)
+        self.log.info("gate %s passed: data docs at %s", self.gate, result["data_docs_uri"])
+        return result

@@ -1,0 +1,84 @@
+"""Task-time helpers: the lake (through the ``aws_default`` connection), dates, configuration."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+AWS_CONN_ID = "aws_default"
+
+
+def open_task_lake(uri: str | None = None):
+    """The lake as a task sees it: S3 credentials and endpoint from the ``aws_default`` connection.
+
+    Without that connection (the laptop default, or plain AWS variables on the worker) the core's
+    own defaults apply: the standard AWS environment variables.
+    """
+    from aigc.lake import S3Options, default_lake_uri, open_lake
+
+    uri = uri or default_lake_uri()
+    if not uri.startswith("s3://"):
+        return open_lake(uri)
+    return open_lake(uri, s3_options_from_connection(S3Options.from_env()))
+
+
+def s3_options_from_connection(fallback):
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from aigc.lake import S3Options
+
+    try:
+        hook = AwsBaseHook(aws_conn_id=AWS_CONN_ID, client_type="s3")
+        creds = hook.get_credentials()
+        endpoint = hook.conn_config.endpoint_url
+        region = hook.conn_region_name
+    except AirflowNotFoundException:
+        log.info("no %r connection: using the AWS environment variables for the lake", AWS_CONN_ID)
+        return fallback
+    return S3Options(
+        endpoint_url=endpoint or fallback.endpoint_url,
+        access_key=creds.access_key, secret_key=creds.secret_key, session_token=creds.token,
+        region=region or fallback.region,
+    )
+
+
+def partition_date(context: dict[str, Any]) -> dt.date:
+    """The date that names this run's partitions: its logical date (UTC).
+
+    With the DAG's daily data-interval timetable a scheduled run's logical date *is* the start
+    of its interval (the day whose drop it prepares); a manual run or `airflow dags test D`
+    gets the date the user picked, where the interval Airflow infers would be the day before.
+    Runs triggered with no logical date fall back to the interval, then to when they ran.
+    """
+    for key in ("logical_date", "data_interval_start"):
+        if context.get(key) is not None:
+            return context[key].astimezone(dt.UTC).date()
+    return context["dag_run"].run_after.astimezone(dt.UTC).date()
+
+
+# Trigger-form params → config fields. None means "the preset's value".
+PARAM_FIELDS = {
+    "n_records": ("raw", "n"),
+    "resolution": ("raw", "resolution"),
+    "dirt_rate": ("raw", "dirt_rate"),
+    "near_dup_threshold": ("prepare", "near_dup_threshold"),
+    "min_rows": ("curated_gate", "min_rows"),
+    "max_quarantine_ratio": ("curated_gate", "max_quarantine_ratio"),
+}
+
+
+def pipeline_config(params: dict[str, Any]):
+    """The typed configuration of a run: the chosen preset, overridden by the form's values."""
+    from aigc.config import preset
+
+    cfg = preset(params.get("preset") or "default")
+    changes: dict[str, dict[str, Any]] = {}
+    for param, (section, name) in PARAM_FIELDS.items():
+        if params.get(param) is not None:
+            changes.setdefault(section, {})[name] = params[param]
+    if "raw" in changes and "resolution" in changes["raw"]:
+        changes.setdefault("prepare", {})["resolution"] = changes["raw"]["resolution"]
+    return cfg.override(changes)

@@ -1,0 +1,26 @@
+"""Shared fixtures: every lake test runs on a local folder and on a real S3 HTTP server."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from aigc.devtools.s3server import local_s3
+from aigc.lake import LocalLake, S3Lake
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on a free loopback port, for the whole session."""
+    with local_s3() as server:
+        yield server
+
+
+@pytest.fixture(params=["local", "s3"])
+def lake(request, tmp_path):
+    """An empty lake: a temporary folder, or a fresh prefix in the local S3 server's bucket."""
+    if request.param == "local":
+        return LocalLake(tmp_path / "lake")
+    server = request.getfixturevalue("s3_server")
+    return S3Lake(f"s3://{server.bucket}/t-{uuid.uuid4().hex[:12]}", server.options())

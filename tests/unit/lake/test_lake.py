@@ -1,0 +1,124 @@
+"""The lake's contract, checked on both backends (a folder and a real S3 HTTP server)."""
+
+import re
+
+import pyarrow as pa
+import pytest
+
+from aigc.lake import LakeKeyError, LocalLake, ObjectNotFound, PreconditionFailed, open_lake
+from aigc.lake.s3 import S3Lake, S3Options
+
+
+def test_put_get_exists_list_delete(lake):
+    lake.put_bytes("a/b/one.bin", b"1")
+    lake.put_json("a/two.json", {"x": 2})
+    lake.put_bytes("c/three", b"3")
+    assert lake.get_bytes("a/b/one.bin") == b"1"
+    assert lake.get_json("a/two.json") == {"x": 2}
+    assert lake.exists("a/b/one.bin") and not lake.exists("a/b/nope")
+    assert lake.list("a") == ["a/b/one.bin", "a/two.json"]
+    assert lake.list("") == ["a/b/one.bin", "a/two.json", "c/three"]
+    assert lake.list("a/b/one") == []  # prefixes are folders, not string prefixes
+    assert lake.size("a/two.json") == len(lake.get_bytes("a/two.json"))
+    assert lake.delete_prefix("a") == 2
+    assert lake.list("") == ["c/three"]
+
+
+def test_missing_objects_raise_object_not_found_naming_the_uri(lake):
+    with pytest.raises(ObjectNotFound, match="nope.json"):
+        lake.get_bytes("nope.json")
+    with pytest.raises(ObjectNotFound):
+        lake.open_input("nope.parquet")
+
+
+def test_put_replaces_whole_objects(lake):
+    lake.put_bytes("k", b"old")
+    lake.put_bytes("k", b"new!")
+    assert lake.get_bytes("k") == b"new!"
+
+
+@pytest.mark.parametrize("key", ["../escape", "/abs", "a//b", "a/\x07"])
+def test_every_operation_refuses_unsafe_keys(lake, key):
+    for op in (lambda: lake.put_bytes(key, b"x"), lambda: lake.get_bytes(key), lambda: lake.exists(key),
+               lambda: lake.list(key), lambda: lake.open_output(key)):
+        with pytest.raises(LakeKeyError):
+            op()
+
+
+def test_local_lake_never_writes_outside_its_root(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    lake = LocalLake(tmp_path / "lake")
+    (tmp_path / "lake" / "link").symlink_to(outside)  # a symlink planted inside the lake
+    with pytest.raises(LakeKeyError, match="outside the lake root"):
+        lake.put_bytes("link/x", b"x")
+    assert list(outside.iterdir()) == []
+
+
+def test_conditional_writes(lake):
+    etag = lake.put_if_absent("ptr", b"v1")
+    with pytest.raises(PreconditionFailed):
+        lake.put_if_absent("ptr", b"v2")
+    with pytest.raises(PreconditionFailed):
+        lake.put_if_match("ptr", b"v2", '"not-the-etag"')
+    etag2 = lake.put_if_match("ptr", b"v2", etag)
+    assert lake.get_with_etag("ptr") == (b"v2", etag2)
+    with pytest.raises(PreconditionFailed):
+        lake.put_if_match("ptr", b"v3", etag)  # a stale ETag loses
+    assert lake.get_bytes("ptr") == b"v2"
+
+
+def test_parquet_streams_in_row_groups(lake):
+    schema = pa.schema([("i", pa.int64()), ("blob", pa.binary())])
+    writer = lake.parquet_writer("t/part-0.parquet", schema)
+    for start in range(0, 3000, 1000):
+        writer.write_table(pa.table({"i": list(range(start, start + 1000)), "blob": [b"x" * 100] * 1000},
+                                    schema=schema))
+    writer.close()
+    pf = lake.parquet_file("t/part-0.parquet")
+    assert pf.metadata.num_row_groups == 3 and pf.metadata.num_rows == 3000
+    assert pf.read_row_group(2, columns=["i"]).column("i")[0].as_py() == 2000
+    assert lake.read_parquet(["t/part-0.parquet"], columns=["i"]).num_rows == 3000
+
+
+def test_iter_lines_splits_across_chunks(lake):
+    lines = [f"line {i}".encode() * (i % 7 + 1) for i in range(500)]
+    lake.put_bytes("l.jsonl", b"\n".join(lines))  # no final newline: the last line still counts
+    assert list(lake.iter_lines("l.jsonl", chunk_bytes=64)) == lines
+
+
+def test_sub_lakes_share_the_backend_and_stay_inside(lake):
+    sub = lake.sub("raw/shapes")
+    sub.put_bytes("dt=2026-11-28/x", b"x")
+    assert lake.get_bytes("raw/shapes/dt=2026-11-28/x") == b"x"
+    assert sub.url("k").startswith(lake.uri)
+
+
+def test_large_objects_upload_in_parts(s3_server):
+    lake = S3Lake(f"s3://{s3_server.bucket}/multipart", s3_server.options())
+    data = bytes(range(256)) * (24 * 1024 * 1024 // 256)  # 24 MiB > the 16 MiB threshold
+    lake.put_bytes("big.bin", data)
+    head = lake.client.head_object(Bucket=s3_server.bucket, Key="multipart/big.bin")
+    assert re.search(r"-\d+$", head["ETag"].strip('"'))  # S3 marks multipart ETags with the part count
+    assert lake.get_bytes("big.bin") == data
+
+
+def test_open_lake_picks_the_backend_from_the_uri(tmp_path, monkeypatch):
+    assert isinstance(open_lake(str(tmp_path)), LocalLake)
+    assert isinstance(open_lake(tmp_path.as_uri()), LocalLake)
+    assert isinstance(open_lake("s3://bucket/prefix", S3Options()), S3Lake)
+    monkeypatch.setenv("AIGC_LAKE_URI", str(tmp_path / "env-lake"))
+    assert open_lake().uri == (tmp_path / "env-lake").as_uri()
+    with pytest.raises(ValueError, match="unsupported lake URI"):
+        open_lake("gs://bucket/x")
+    with pytest.raises(ValueError, match="s3://bucket/prefix"):
+        S3Lake("s3:///no-bucket")
+
+
+def test_s3_options_come_from_the_standard_variables():
+    opts = S3Options.from_env({"AWS_ENDPOINT_URL": "http://minio:9000", "AWS_ACCESS_KEY_ID": "k",
+                               "AWS_SECRET_ACCESS_KEY": "s", "AWS_DEFAULT_REGION": "eu-west-1"})
+    assert (opts.endpoint_url, opts.access_key, opts.secret_key, opts.region) == ("http://minio:9000", "k", "s",
+                                                                                  "eu-west-1")
+    with pytest.raises(ValueError, match="max_attempts"):
+        S3Options(max_attempts=0)
