@@ -13,8 +13,9 @@ import os
 from datetime import timedelta
 
 import pendulum
-from aigc_airflow.operators import QualityGateOperator
 from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, get_current_context, task
+
+from aigc_airflow.operators import QualityGateOperator
 
 LAKE_URI = os.environ.get("AIGC_LAKE_URI", "")
 CURATED = Asset(name="aigc_curated_shapes", uri=f"{LAKE_URI.rstrip('/') or 'file:///aigc-lake'}/curated/shapes")
@@ -59,7 +60,7 @@ def _raw_lake(lake, cfg, params):
 @dag(
     dag_id="aigc_pipeline",
     description="Nightly AIGC pipeline: prepare → train → deploy → generate → evaluate, gated at each step.",
-    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC")  # day D runs after D ends,
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),  # day D runs once D has ended
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=2,

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
 from aigc.devtools.s3server import local_s3
 from aigc.lake import LocalLake, S3Lake
+
+ROOT = Path(__file__).resolve().parents[1]
+# What `make` exports for Airflow, for a bare `pytest` run too: this repo's dags/ and plugins/.
+os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
+os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+sys.path.insert(0, str(ROOT / "plugins"))  # Airflow puts plugins/ on sys.path; so do the tests
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,13 @@ def _check_range(obj: object, name: str, lo: float, hi: float) -> None:
         raise ValueError(f"{type(obj).__name__}.{name} must be in [{lo}, {hi}], got {value!r}")
 
 
+def _check_order(obj: object, low: str, high: str) -> None:
+    lo, hi = getattr(obj, low), getattr(obj, high)
+    if lo > hi:
+        cls = type(obj).__name__
+        raise ValueError(f"{cls}.{low} ({lo}) must not exceed {cls}.{high} ({hi})")
+
+
 @dataclass(frozen=True)
 class RawDropConfig:
     """The synthetic raw drop (``aigc make-raw``): a realistic, dirty image–caption drop."""
@@ -82,12 +89,14 @@ class PrepareConfig:
     def __post_init__(self) -> None:
         if self.resolution not in RESOLUTIONS:
             raise ValueError(f"PrepareConfig.resolution must be one of {RESOLUTIONS}, got {self.resolution!r}")
-        _check_range(self, "min_side", 1, self.max_side)
-        _check_range(self, "max_side", self.min_side, 65_536)
+        _check_range(self, "min_side", 1, 65_536)
+        _check_range(self, "max_side", 1, 65_536)
+        _check_order(self, "min_side", "max_side")
         _check_range(self, "max_image_pixels", 1, 1 << 31)
         _check_range(self, "max_image_bytes", 1, 1 << 31)
-        _check_range(self, "min_caption_chars", 1, self.max_caption_chars)
-        _check_range(self, "max_caption_chars", self.min_caption_chars, 100_000)
+        _check_range(self, "min_caption_chars", 1, 100_000)
+        _check_range(self, "max_caption_chars", 1, 100_000)
+        _check_order(self, "min_caption_chars", "max_caption_chars")
         _check_range(self, "near_dup_threshold", 0.05, 1.0)
         _check_range(self, "near_dup_num_perm", 16, 1024)
         _check_range(self, "near_dup_image_distance", 0.0, 255.0)
@@ -125,8 +134,9 @@ class PipelineConfig:
         """``{"raw": {"n": 500}}`` → a new config; unknown sections or fields are an error."""
         updated = {}
         for section, values in changes.items():
-            if section not in {f.name for f in dataclasses.fields(self)}:
-                raise ValueError(f"unknown config section {section!r}")
+            sections = [f.name for f in dataclasses.fields(self)]
+            if section not in sections:
+                raise ValueError(f"unknown config section {section!r}; known: {sections}")
             current = getattr(self, section)
             known = {f.name for f in dataclasses.fields(current)}
             unknown = set(values) - known

@@ -11,9 +11,9 @@ from urllib.parse import urlparse
 
 import boto3
 import pyarrow.fs as pafs
+from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from boto3.s3.transfer import TransferConfig
 
 from aigc.lake.base import Lake, ObjectNotFound, PreconditionFailed
 from aigc.lake.keys import join

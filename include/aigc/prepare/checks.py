@@ -63,6 +63,11 @@ def parse_line(data: bytes) -> dict | Rejected:
     missing = [f for f in missing if not (f == "caption" and record.get(f) == "")]
     if missing:
         return Rejected("missing_field", f"field(s) {missing} missing or not strings")
+    for name in RECORD_FIELDS:
+        try:
+            record[name].encode("utf-8")
+        except UnicodeEncodeError as e:  # JSON's "\ud800" escapes decode to unencodable lone surrogates
+            return Rejected("invalid_utf8", f"field {name!r} holds a lone surrogate at index {e.start}")
     try:
         validate_key(record["image"])  # a record must not point outside its drop
     except LakeKeyError as e:
@@ -76,11 +81,13 @@ def normalise_caption(caption: str, cfg: PrepareConfig) -> str | Rejected:
     if not text:
         return Rejected("caption_empty", "caption is empty after whitespace normalisation")
     if len(text) < cfg.min_caption_chars:
-        return Rejected("caption_too_short", f"caption shorter than min_caption_chars={cfg.min_caption_chars} (got {len(text)})")
+        limit = cfg.min_caption_chars
+        return Rejected("caption_too_short", f"caption shorter than min_caption_chars={limit} (got {len(text)})")
     if len(text) > cfg.max_caption_chars:
         return Rejected(
             "caption_too_long",
-            f"caption longer than max_caption_chars={cfg.max_caption_chars} (got {len(text)}); raise --max-caption-chars",
+            f"caption longer than max_caption_chars={cfg.max_caption_chars} (got {len(text)}); "
+            "raise --max-caption-chars",
         )
     term = blocked_term(text, cfg.blocklist)
     if term:
@@ -124,7 +131,8 @@ def decode_image(data: bytes | None, cfg: PrepareConfig) -> DecodedImage | Rejec
     if not data:
         return Rejected("image_empty", "the image object has zero bytes")
     if len(data) > cfg.max_image_bytes:
-        return Rejected("image_too_big_bytes", f"image has {len(data)} bytes, above max_image_bytes={cfg.max_image_bytes}")
+        limit = cfg.max_image_bytes
+        return Rejected("image_too_big_bytes", f"image has {len(data)} bytes, above max_image_bytes={limit}")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -144,6 +152,8 @@ def decode_image(data: bytes | None, cfg: PrepareConfig) -> DecodedImage | Rejec
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         return Rejected("image_undecodable", f"{type(e).__name__}: {e}")
     orig_mode, fmt = img.mode, img.format
+    if img.mode.startswith("I"):  # 16/32-bit grey: scale to 8 bits, a plain convert would clip to white
+        img = Image.fromarray((np.asarray(img, dtype=np.uint32) >> 8).clip(0, 255).astype(np.uint8), "L")
     if img.mode != "RGB":
         if "A" in img.getbands() or img.mode == "P" and "transparency" in img.info:
             background = Image.new("RGBA", img.size, (255, 255, 255, 255))

@@ -29,7 +29,6 @@ def validate_curated(
     import great_expectations.expectations as gxe
 
     curated_run = run_prefix(partition("curated", dataset, date), run_id)
-    quarantine_run = run_prefix(partition("quarantine", dataset, date), run_id)
     manifest = lake.get_json(join(curated_run, MANIFEST))
     shard_keys = [s["key"] for s in manifest["shards"]]
     rows = (lake.read_parquet(shard_keys, columns=_COLUMNS).to_pandas() if shard_keys

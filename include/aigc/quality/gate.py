@@ -28,7 +28,9 @@ class GateFailed(RuntimeError):
     def __init__(self, gate: str, failures: list[str], result_uri: str):
         self.gate, self.failures, self.result_uri = gate, failures, result_uri
         lines = "\n".join(f"  - {f}" for f in failures)
-        super().__init__(f"quality gate {gate!r} failed {len(failures)} expectation(s):\n{lines}\nresults: {result_uri}")
+        super().__init__(
+            f"quality gate {gate!r} failed {len(failures)} expectation(s):\n{lines}\nresults: {result_uri}"
+        )
 
 
 @dataclass

@@ -78,8 +78,9 @@ def test_curated_rows_are_normalised_rgb_squares_with_unique_hashes(lake, dirty)
     assert all(r["caption"] == " ".join(r["caption"].split()) for r in rows)
     # Repairable dirt was repaired and kept, not dropped.
     assert any(r["orig_mode"] != "RGB" for r in rows) and any(r["orig_width"] != 32 for r in rows)
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     assert Image.open(io.BytesIO(rows[0]["image"])).size == (32, 32)
 

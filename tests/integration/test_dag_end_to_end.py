@@ -1,0 +1,83 @@
+"""The DAG end to end in real Airflow (`airflow dags test`), on a folder lake and on S3.
+
+On S3 the tasks reach the server only through the ``aws_default`` connection (given as
+AIRFLOW_CONN_AWS_DEFAULT, as docker-compose does): no AWS_* variables are set.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from aigc.lake import open_lake
+from aigc.lake.keys import partition
+from aigc.lake.publish import NotPublished, resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+pytestmark = pytest.mark.airflow
+
+
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory):
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AIRFLOW", "AIGC_"))}
+    env.update({
+        "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "GX_ANALYTICS_ENABLED": "False", "NO_PROXY": "*",
+    })
+    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    return env
+
+
+def dags_test(env, date, conf, timeout=600):
+    out = subprocess.run([AIRFLOW, "dags", "test", "aigc_pipeline", date, "-c", json.dumps(conf)],
+                         env=env, capture_output=True, text=True, timeout=timeout)
+    return out.returncode, out.stdout + out.stderr
+
+
+def assert_published(lake, date):
+    pointer = resolve(lake, partition("curated", "shapes", date))
+    manifest = lake.get_json(f"{pointer['run_prefix']}/_manifest.json")
+    assert manifest["rows"] >= 200 and manifest["input_records"] == 300
+    assert manifest["input_records"] == manifest["rows"] + sum(manifest["quarantined"].values())
+    assert resolve(lake, partition("quarantine", "shapes", date))["run_id"] == pointer["run_id"]
+    gate = lake.get_json(f"quality/curated/dt={date}/run={pointer['run_id']}/result.json")
+    assert gate["success"] and lake.exists(f"quality/curated/dt={date}/run={pointer['run_id']}/data_docs/index.html")
+    return pointer
+
+
+CONF = {"preset": "demo", "n_records": 300, "min_rows": 200}
+
+
+def test_dag_on_a_local_lake(airflow_env, tmp_path):
+    env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}
+    rc, log = dags_test(env, "2026-11-27", CONF)
+    assert rc == 0, log[-4000:]
+    assert "state=success" in log
+    assert_published(open_lake(str(tmp_path / "lake")), "2026-11-27")
+
+
+def test_dag_on_s3_through_the_airflow_connection(airflow_env, s3_server):
+    uri = f"s3://{s3_server.bucket}/e2e-{uuid.uuid4().hex[:8]}"
+    env = {**airflow_env, "AIGC_LAKE_URI": uri, "AIRFLOW_CONN_AWS_DEFAULT": s3_server.env()["AIRFLOW_CONN_AWS_DEFAULT"]}
+    rc, log = dags_test(env, "2026-11-27", CONF)
+    assert rc == 0, log[-4000:]
+    assert_published(open_lake(uri, s3_server.options()), "2026-11-27")
+
+
+def test_a_failing_gate_fails_the_run_and_publishes_nothing(airflow_env, tmp_path):
+    env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}
+    rc, log = dags_test(env, "2026-11-26", {**CONF, "min_rows": 100_000})
+    assert rc != 0 or "state=failed" in log
+    assert "expect_table_row_count_to_be_between" in log and "observed" in log
+    lake = open_lake(str(tmp_path / "lake"))
+    with pytest.raises(NotPublished):
+        resolve(lake, partition("curated", "shapes", "2026-11-26"))
+    results = [k for k in lake.list("quality/curated/dt=2026-11-26") if k.endswith("result.json")]
+    assert results and not lake.get_json(results[0])["success"]  # the failed audit is kept

@@ -1,0 +1,150 @@
+"""The ``aigc`` CLI: exit codes, the one-JSON-line summary on stdout, ``error:`` lines on stderr."""
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from aigc.cli import main
+from aigc.prepare.rawdrop import DIRT_KINDS, REPAIRED_KINDS
+
+DATE = "2026-11-28"
+MAKE_RAW = ["make-raw", "--date", DATE, "--n", "300", "--seed", "1"]
+PREPARE = ["prepare", "--date", DATE, "--min-rows", "100", "--workers", "1"]
+
+
+def last_json(stdout: str) -> dict:
+    """The documented contract: whatever else is printed, the last stdout line is one JSON object."""
+    summary = json.loads(stdout.rstrip("\n").splitlines()[-1])
+    assert isinstance(summary, dict)
+    return summary
+
+
+def aigc(capsys, *argv: str) -> tuple[int, dict, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, last_json(out), err
+
+
+def error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def make_prepare_status(capsys, lake: str) -> tuple[dict, dict, dict]:
+    """The happy path, with the checks every backend must pass; returns the three summaries."""
+    rc, made, _ = aigc(capsys, *MAKE_RAW, "--lake", lake)
+    assert rc == 0 and made["ok"] is True and made["command"] == "make-raw"
+    assert made["records"] == 300 and made["drop"] == f"{lake}/raw/shapes/dt={DATE}"
+    assert sum(made["dirt"].values()) > 0 and set(made["dirt"]) <= set(DIRT_KINDS)
+    # With this seed every unrepairable defect is quarantined and nothing else (no chance duplicates).
+    expected_quarantined = sum(n for kind, n in made["dirt"].items() if kind not in REPAIRED_KINDS)
+
+    rc, prep, _ = aigc(capsys, *PREPARE, "--lake", lake)
+    assert rc == 0 and prep["ok"] is True and prep["published"] is True
+    assert prep["input"] == 300 == prep["curated"] + prep["quarantined"]
+    assert prep["quarantined"] == expected_quarantined == sum(prep["reasons"].values())
+    run = prep["run_id"]
+    assert prep["curated_uri"] == f"{lake}/curated/shapes/dt={DATE}/run={run}"
+    assert prep["gate"] == f"{lake}/quality/curated/dt={DATE}/run={run}/result.json"
+
+    rc, status, _ = aigc(capsys, "status", "--lake", lake, "--date", DATE)
+    assert rc == 0 and status["ok"] is True
+    assert (status["rows"], status["input"], status["run_id"]) == (prep["curated"], 300, run)
+    assert status["quarantined"] == prep["reasons"] and status["gate_passed"] is True
+    assert status["curated_uri"] == prep["curated_uri"]
+    assert status["data_docs_uri"] == f"{lake}/quality/curated/dt={DATE}/run={run}/data_docs/index.html"
+    return made, prep, status
+
+
+def test_make_raw_prepare_status_on_a_local_lake(capsys, tmp_path):
+    lake = (tmp_path / "lake").resolve().as_uri()
+    _, prep, status = make_prepare_status(capsys, lake)
+    assert Path(status["data_docs_uri"].removeprefix("file://")).is_file()
+
+    # A later run that fails its gate leaves the published run in place.
+    rc, failed, _ = aigc(capsys, *PREPARE, "--lake", lake, "--min-rows", "100000")
+    assert rc == 1 and failed["ok"] is False
+    rc, status, _ = aigc(capsys, "status", "--lake", lake, "--date", DATE)
+    assert (status["run_id"], status["rows"]) == (prep["run_id"], prep["curated"]) and status["gate_passed"]
+
+
+def test_make_raw_prepare_status_on_s3(capsys, monkeypatch, s3_server):
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    lake = f"s3://{s3_server.bucket}/cli-{uuid.uuid4().hex[:12]}"
+    make_prepare_status(capsys, lake)
+
+
+def test_make_raw_is_deterministic(capsys, tmp_path):
+    _, a, _ = aigc(capsys, *MAKE_RAW, "--lake", str(tmp_path / "a"))
+    _, b, _ = aigc(capsys, *MAKE_RAW, "--lake", str(tmp_path / "b"))
+    assert a["dirt"] == b["dirt"] and a["repairable"] == b["repairable"]
+    first = (tmp_path / "a/raw/shapes" / f"dt={DATE}" / "records-00000.jsonl").read_bytes()
+    assert first == (tmp_path / "b/raw/shapes" / f"dt={DATE}" / "records-00000.jsonl").read_bytes()
+
+
+def test_prepare_without_a_drop_fails_naming_the_missing_location(capsys, tmp_path):
+    rc, summary, err = aigc(capsys, "prepare", "--lake", str(tmp_path), "--date", "2026-11-29")
+    where = f"{tmp_path.resolve().as_uri()}/raw/shapes/dt=2026-11-29"
+    assert rc == 1
+    assert error_line(err).startswith(f"error: DropNotFound: no complete raw drop at {where}: found nothing")
+    assert summary["ok"] is False and summary["command"] == "prepare"
+    assert summary["error"] == error_line(err).removeprefix("error: ")
+
+
+def _console_script() -> list[str]:
+    script = shutil.which("aigc", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.skip("the aigc console script is not installed next to this interpreter")
+    return [script]
+
+
+@pytest.mark.parametrize("command", [_console_script, lambda: [sys.executable, "-m", "aigc"]],
+                         ids=["console-script", "python-m"])
+def test_a_real_process_exits_1_with_the_error_on_stderr_and_json_on_stdout(command, tmp_path):
+    proc = subprocess.run([*command(), "prepare", "--lake", str(tmp_path / "lake"), "--date", "2026-11-29"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert error_line(proc.stderr).startswith("error: DropNotFound: no complete raw drop at file://")
+    assert "raw/shapes/dt=2026-11-29" in error_line(proc.stderr)
+    assert proc.stdout.count("\n") == 1  # nothing but the summary on stdout
+    assert last_json(proc.stdout)["ok"] is False
+    assert not (tmp_path / ".lake").exists()  # --lake was honoured, no default lake appeared
+
+
+def test_a_failed_gate_exits_1_names_the_expectation_and_publishes_nothing(capsys, tmp_path):
+    lake = str(tmp_path / "lake")
+    _, made, _ = aigc(capsys, *MAKE_RAW, "--lake", lake)
+    curated = 300 - sum(n for kind, n in made["dirt"].items() if kind not in REPAIRED_KINDS)
+
+    rc, summary, err = aigc(capsys, *PREPARE, "--lake", lake, "--min-rows", "100000")
+    assert rc == 1 and summary["ok"] is False
+    assert error_line(err) == "error: GateFailed: quality gate 'curated' failed 1 expectation(s):"
+    detail = f"expect_table_row_count_to_be_between(min_value=100000) — observed {curated}"
+    assert detail in err and detail in summary["error"]
+
+    rc, status, _ = aigc(capsys, "status", "--lake", lake, "--date", DATE)
+    assert rc == 0 and status["ok"] is True and status["curated"] is None
+    assert "nothing is published" in status["note"]
+
+
+@pytest.mark.parametrize(("command", "cls"), [("make-raw", "RawDropConfig"), ("prepare", "PrepareConfig")])
+def test_an_unsupported_resolution_is_a_clear_config_error(capsys, tmp_path, command, cls):
+    rc, summary, err = aigc(capsys, command, "--lake", str(tmp_path), "--date", DATE, "--resolution", "33")
+    message = f"{cls}.resolution must be one of (32, 64, 128, 256), got 33"
+    assert rc == 1 and error_line(err) == f"error: ValueError: {message}"
+    assert summary == {"command": command, "ok": False, "error": f"ValueError: {message}"}
+    assert not (tmp_path / "raw").exists()  # refused before anything was written
+
+
+def test_a_non_numeric_flag_is_an_argparse_error(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        main(["prepare", "--lake", str(tmp_path), "--date", DATE, "--resolution", "big"])
+    assert exit_.value.code == 2
+    assert "argument --resolution: invalid int value: 'big'" in capsys.readouterr().err

@@ -1,0 +1,135 @@
+"""Configuration: a bad value is refused with a message that says how to fix it."""
+
+import dataclasses
+import re
+
+import pytest
+
+from aigc.config import (
+    RESOLUTIONS,
+    CuratedGateThresholds,
+    PipelineConfig,
+    PrepareConfig,
+    RawDropConfig,
+    preset,
+)
+
+
+@pytest.mark.parametrize(("cls", "field", "value", "allowed"), [
+    (RawDropConfig, "n", -1, "[0, 50000000]"),
+    (RawDropConfig, "n", 50_000_001, "[0, 50000000]"),
+    (RawDropConfig, "dirt_rate", 1.5, "[0.0, 1.0]"),
+    (RawDropConfig, "dirt_rate", -0.01, "[0.0, 1.0]"),
+    (RawDropConfig, "records_per_file", 0, "[1, 10000000]"),
+    (PrepareConfig, "min_side", 0, "[1, 65536]"),
+    (PrepareConfig, "max_side", 70_000, "[1, 65536]"),
+    (PrepareConfig, "max_image_pixels", 0, "[1, 2147483648]"),
+    (PrepareConfig, "max_image_bytes", 1 << 32, "[1, 2147483648]"),
+    (PrepareConfig, "min_caption_chars", 0, "[1, 100000]"),
+    (PrepareConfig, "max_caption_chars", 100_001, "[1, 100000]"),
+    (PrepareConfig, "near_dup_threshold", 0.01, "[0.05, 1.0]"),
+    (PrepareConfig, "near_dup_num_perm", 8, "[16, 1024]"),
+    (PrepareConfig, "near_dup_image_distance", 256.0, "[0.0, 255.0]"),
+    (PrepareConfig, "shard_target_bytes", 1024, "[65536, 4294967296]"),
+    (PrepareConfig, "row_group_rows", 15, "[16, 1000000]"),
+    (PrepareConfig, "workers", -1, "[0, 256]"),
+    (PrepareConfig, "window", 10, "[16, 1000000]"),
+    (CuratedGateThresholds, "min_rows", -5, "[0, 1099511627776]"),
+    (CuratedGateThresholds, "max_quarantine_ratio", 1.01, "[0.0, 1.0]"),
+    (CuratedGateThresholds, "max_reason_ratio", -0.1, "[0.0, 1.0]"),
+])
+def test_out_of_range_values_name_the_field_the_range_and_the_value(cls, field, value, allowed):
+    expected = f"{cls.__name__}.{field} must be in {allowed}, got {value!r}"
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        cls(**{field: value})
+
+
+@pytest.mark.parametrize(("field", "value"), [("max_side", 4), ("min_side", 5000), ("max_caption_chars", 2)])
+def test_a_min_above_its_max_names_both_fields_and_the_value_given(field, value):
+    # The user set only one of the pair: the message must name it and the value they gave.
+    with pytest.raises(ValueError) as err:
+        PrepareConfig(**{field: value})
+    assert f"PrepareConfig.{field} ({value})" in str(err.value) and "must not exceed" in str(err.value)
+
+
+@pytest.mark.parametrize("cls", [RawDropConfig, PrepareConfig])
+@pytest.mark.parametrize("resolution", [0, 33, 512])
+def test_resolution_must_be_one_of_the_supported_sides(cls, resolution):
+    expected = f"{cls.__name__}.resolution must be one of {RESOLUTIONS}, got {resolution}"
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        cls(resolution=resolution)
+
+
+def test_nan_is_refused():
+    with pytest.raises(ValueError, match=r"RawDropConfig\.dirt_rate .* got nan"):
+        RawDropConfig(dirt_rate=float("nan"))
+
+
+def test_the_bounds_are_inclusive():
+    RawDropConfig(n=0, dirt_rate=1.0, records_per_file=1)
+    PrepareConfig(min_side=32, max_side=32, min_caption_chars=512, near_dup_num_perm=1024, workers=256)
+    CuratedGateThresholds(min_rows=0, max_quarantine_ratio=0.0, max_reason_ratio=1.0)
+
+
+def test_configs_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        PrepareConfig().workers = 3
+
+
+# --- PipelineConfig.override ----------------------------------------------------------------------
+
+def test_override_returns_a_new_config_and_leaves_the_old_one_alone():
+    base = PipelineConfig()
+    new = base.override({"raw": {"n": 500, "seed": 3}, "curated_gate": {"min_rows": 10}})
+    assert (new.raw.n, new.raw.seed, new.curated_gate.min_rows) == (500, 3, 10)
+    assert new.prepare == base.prepare and new.raw.dirt_rate == base.raw.dirt_rate
+    assert (base.raw.n, base.raw.seed, base.curated_gate.min_rows) == (20_000, 0, 1000)
+    assert base == PipelineConfig()
+    assert base.override({}) == base
+
+
+def test_override_validates_the_new_values():
+    with pytest.raises(ValueError, match=r"PrepareConfig\.workers must be in \[0, 256\], got 999"):
+        PipelineConfig().override({"prepare": {"workers": 999}})
+
+
+def test_override_rejects_an_unknown_field_listing_the_known_ones():
+    with pytest.raises(ValueError) as err:
+        PipelineConfig().override({"raw": {"n": 5, "colour": "red", "size": 3}})
+    known = sorted(f.name for f in dataclasses.fields(RawDropConfig))
+    assert str(err.value) == f"unknown raw setting(s) ['colour', 'size']; known: {known}"
+
+
+def test_override_rejects_an_unknown_section_listing_the_known_ones():
+    with pytest.raises(ValueError) as err:
+        PipelineConfig().override({"train": {"epochs": 3}})
+    message = str(err.value)
+    assert "'train'" in message
+    for section in ("raw", "prepare", "curated_gate"):
+        assert section in message, f"the message should list the known sections: {message}"
+
+
+def test_to_dict_round_trips_through_override():
+    cfg = preset("demo")
+    assert PipelineConfig().override(cfg.to_dict()) == cfg
+
+
+# --- presets -------------------------------------------------------------------------------------
+
+def test_default_preset_is_the_default_config():
+    assert preset("default") == PipelineConfig()
+
+
+def test_demo_preset_is_small_and_differs_only_where_documented():
+    demo, default = preset("demo"), PipelineConfig()
+    assert (demo.raw.n, demo.prepare.workers, demo.curated_gate.min_rows) == (2_000, 2, 500)
+    assert demo.raw.n < default.raw.n and demo.curated_gate.min_rows < default.curated_gate.min_rows
+    assert demo.curated_gate.min_rows <= demo.raw.n  # a clean demo drop can pass its gate
+    assert demo.override({"raw": {"n": default.raw.n}, "prepare": {"workers": 0},
+                          "curated_gate": {"min_rows": 1000}}) == default
+
+
+def test_an_unknown_preset_names_the_choices():
+    expected = "unknown preset 'nope'; choose one of ['default', 'demo']"
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        preset("nope")
