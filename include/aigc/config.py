@@ -73,7 +73,7 @@ class PrepareConfig:
     blocklist: str | None = None
     """A file of blocked terms, one per line; None uses the list shipped in the package."""
     near_dup_threshold: float = 0.7
-    """Jaccard similarity (MinHash estimate) of caption words + shape cells that makes two records candidates."""
+    """Jaccard similarity (MinHash estimate) of caption words + covered cells that makes two records candidates."""
     near_dup_num_perm: int = 64
     """MinHash permutations: more is more exact and slower."""
     near_dup_image_distance: float = 6.0

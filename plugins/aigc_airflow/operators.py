@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from aigc_airflow.runtime import open_task_lake, pipeline_config
 
@@ -39,7 +40,13 @@ class QualityGateOperator(BaseOperator):
         self.prepared = prepared
 
     def execute(self, context) -> dict:
+        from aigc.quality import GateFailed
+
         cfg = pipeline_config(context["params"])
-        result = GATES[self.gate](open_task_lake(), cfg, self.prepared)
+        try:
+            result = GATES[self.gate](open_task_lake(), cfg, self.prepared)
+        except GateFailed as e:
+            # The same data fails the same expectations again: fail now, do not retry.
+            raise AirflowFailException(str(e)) from e
         self.log.info("gate %s passed: data docs at %s", self.gate, result["data_docs_uri"])
         return result

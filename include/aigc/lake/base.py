@@ -45,8 +45,8 @@ class Lake(ABC):
     def _exists(self, key: str) -> bool: ...
 
     @abstractmethod
-    def _list(self, prefix: str) -> Iterator[str]:
-        """Yield keys (relative to the root) under ``prefix``, recursively."""
+    def _list(self, prefix: str, recursive: bool = True) -> Iterator[str]:
+        """Yield keys (relative to the root) under ``prefix``; only its direct objects if not recursive."""
 
     @abstractmethod
     def _delete(self, key: str) -> None: ...
@@ -93,12 +93,12 @@ class Lake(ABC):
     def size(self, key: str) -> int:
         return self._size(validate_key(key))
 
-    def list(self, prefix: str = "") -> list[str]:
-        """Every key under ``prefix`` (a folder-like prefix), sorted."""
+    def list(self, prefix: str = "", *, recursive: bool = True) -> list[str]:
+        """Every key under ``prefix`` (a folder-like prefix), sorted; ``recursive=False``: no sub-folders."""
         prefix = validate_key(prefix, allow_empty=True)
         if prefix and not prefix.endswith("/"):
             prefix += "/"
-        return sorted(self._list(prefix))
+        return sorted(self._list(prefix, recursive))
 
     def delete(self, key: str) -> None:
         self._delete(validate_key(key))

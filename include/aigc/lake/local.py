@@ -88,9 +88,14 @@ class LocalLake(Lake):
         except FileNotFoundError:
             raise ObjectNotFound(f"{self.url(key)} does not exist") from None
 
-    def _list(self, prefix: str) -> Iterator[str]:
+    def _list(self, prefix: str, recursive: bool = True) -> Iterator[str]:
         base = self._path(prefix.rstrip("/")) if prefix else self.root
         if not base.is_dir():
+            return
+        if not recursive:
+            for entry in os.scandir(base):
+                if entry.is_file() and not entry.name.startswith(_TMP_PREFIX):
+                    yield Path(entry.path).relative_to(self.root).as_posix()
             return
         for dirpath, _dirs, files in os.walk(base):
             for name in files:

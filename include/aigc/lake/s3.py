@@ -68,6 +68,10 @@ class S3Lake(Lake):
         self.uri = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
         self.options = options or S3Options.from_env()
 
+    def __getstate__(self) -> dict:
+        # Clients and connection pools do not cross process boundaries: rebuild them lazily.
+        return {k: v for k, v in self.__dict__.items() if k not in ("client", "arrow_fs")}
+
     def _k(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
@@ -133,10 +137,11 @@ class S3Lake(Lake):
             raise ObjectNotFound(f"{self.url(key)} does not exist")
         return head["ContentLength"]
 
-    def _list(self, prefix: str) -> Iterator[str]:
+    def _list(self, prefix: str, recursive: bool = True) -> Iterator[str]:
         strip = len(self.prefix) + 1 if self.prefix else 0
         paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix)):
+        extra = {} if recursive else {"Delimiter": "/"}
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix), **extra):
             for obj in page.get("Contents", []):
                 yield obj["Key"][strip:]
 

@@ -18,11 +18,11 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-from datasketch import MinHash
 from PIL import Image, UnidentifiedImageError
 
 from aigc.config import PrepareConfig
 from aigc.lake.keys import LakeKeyError, validate_key
+from aigc.prepare import minhash
 from aigc.prepare.drop import RECORD_FIELDS
 
 REASONS = (
@@ -33,8 +33,8 @@ REASONS = (
 )
 """Every quarantine reason, in the order checks run."""
 
-THUMB_SIDE = 8  # the grey thumbnail near-duplicate detection compares
-MINHASH_SCHEME = "affine32"  # fixed, so signatures made in workers rebuild identically in the parent
+THUMB_SIDE = 8  # the RGB thumbnail near-duplicate detection compares
+_MASK_MARGIN = 48  # grey levels from the background that make a thumbnail cell part of the subject
 
 
 @dataclass(frozen=True)
@@ -172,20 +172,20 @@ def decode_image(data: bytes | None, cfg: PrepareConfig) -> DecodedImage | Rejec
 
 
 def signature(caption: str, thumb: bytes, num_perm: int) -> np.ndarray:
-    """MinHash over caption words and the thumbnail cells that differ from the background.
+    """MinHash over caption words and bigrams plus the thumbnail cells the subject covers.
 
-    Background cells are left out: they are alike in most images and would make every pair
-    of images with the same background a candidate.
+    A cell counts as covered when it differs from the background (the median of the corner
+    cells) by more than ``_MASK_MARGIN``: coarse on purpose, so re-encoding noise does not
+    move it, while the exact pixels are compared later, on candidates only.
     """
     words = re.findall(r"[a-z0-9]+", caption.lower())
     tokens = {f"w:{w}" for w in words} | {f"b:{a}_{b}" for a, b in zip(words, words[1:], strict=False)}
-    cells = np.frombuffer(thumb, dtype=np.uint8).reshape(-1, 3) >> 6  # 4 levels per channel
-    codes = cells[:, 0] * 16 + cells[:, 1] * 4 + cells[:, 2]
-    background = np.bincount(codes).argmax()
-    tokens |= {f"c{i}:{c}" for i, c in enumerate(codes) if c != background}
-    mh = MinHash(num_perm=num_perm, seed=1, scheme=MINHASH_SCHEME)
-    mh.update_batch([t.encode() for t in tokens])
-    return mh.hashvalues
+    cells = np.frombuffer(thumb, dtype=np.uint8).reshape(-1, 3).astype(np.int16)  # (64, RGB)
+    corners = [0, THUMB_SIDE - 1, THUMB_SIDE * (THUMB_SIDE - 1), THUMB_SIDE * THUMB_SIDE - 1]
+    background = np.median(cells[corners], axis=0)
+    covered = np.flatnonzero(np.abs(cells - background).max(axis=1) > _MASK_MARGIN)
+    tokens |= {f"m{i}" for i in covered.tolist()}
+    return minhash.signature(tokens, num_perm)
 
 
 def content_hash(image_sha256: str, caption: str) -> str:
@@ -219,8 +219,3 @@ def examine(record: dict, image: bytes | None, cfg: PrepareConfig) -> dict | Rej
         "_thumb": decoded.thumb,
         "_signature": signature(caption, decoded.thumb, cfg.near_dup_num_perm),
     }
-
-
-def examine_batch(batch: list[tuple[dict, bytes | None]], cfg: PrepareConfig) -> list[dict | Rejected]:
-    """The unit of work sent to a decoding process: a few hundred records amortise the IPC."""
-    return [examine(record, image, cfg) for record, image in batch]

@@ -1,16 +1,18 @@
 """Deduplication across a drop: ids, exact content, and near-duplicates.
 
-The first record wins, in drop order, so results are deterministic. The indexes hold a few
-hashes per kept record (about 1 KiB each with the LSH bands): memory grows with the number
-of curated rows, not with their bytes.
+The first record wins, in drop order, so results are deterministic. The indexes keep a few
+compact keys per curated record (a 16-byte content digest, one int per LSH band, a 192-byte
+thumbnail): memory grows with the number of curated rows, never with their bytes.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from datasketch import MinHash, MinHashLSH
 
-from aigc.prepare.checks import MINHASH_SCHEME, Rejected
+from aigc.prepare.checks import THUMB_SIDE, Rejected
+from aigc.prepare.minhash import BandedLSH
+
+_THUMB_BYTES = THUMB_SIDE * THUMB_SIDE * 3
 
 
 class ExactDedup:
@@ -18,7 +20,7 @@ class ExactDedup:
 
     def __init__(self) -> None:
         self._ids: set[str] = set()
-        self._content: dict[str, str] = {}
+        self._content: dict[bytes, str] = {}
 
     def check_id(self, rec_id: str) -> Rejected | None:
         if rec_id in self._ids:
@@ -26,40 +28,45 @@ class ExactDedup:
         return None
 
     def check(self, row: dict) -> Rejected | None:
-        first = self._content.get(row["content_hash"])
+        first = self._content.get(bytes.fromhex(row["content_hash"])[:16])
         if first is not None:
             return Rejected("exact_duplicate", f"same image bytes and caption as {first!r}")
         return None
 
     def add(self, row: dict) -> None:
         self._ids.add(row["id"])
-        self._content[row["content_hash"]] = row["id"]
+        self._content[bytes.fromhex(row["content_hash"])[:16]] = row["id"]
 
 
 class NearDedup:
-    """MinHash-LSH proposes candidates; the largest difference of their 8×8 RGB thumbnails confirms them."""
+    """MinHash-LSH proposes candidates; the largest difference of 8×8 RGB thumbnails confirms them."""
 
     def __init__(self, threshold: float, num_perm: int, max_image_distance: float) -> None:
-        # Weighted against false negatives: a missed pair is a duplicate trained on twice, while
-        # a false candidate only costs one thumbnail comparison.
-        self._lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=(0.1, 0.9))
-        self._num_perm = num_perm
-        self._thumbs: dict[str, np.ndarray] = {}
+        self._lsh = BandedLSH(threshold, num_perm)
         self._max_distance = max_image_distance
+        self._thumbs = np.empty((1024, _THUMB_BYTES), dtype=np.uint8)
+        self._ids: list[str] = []
 
-    def check(self, row: dict) -> tuple[Rejected | None, MinHash]:
-        mh = MinHash(num_perm=self._num_perm, seed=1, hashvalues=row["_signature"], scheme=MINHASH_SCHEME)
-        thumb = np.frombuffer(row["_thumb"], dtype=np.uint8).astype(np.int16)
-        for other in self._lsh.query(mh):
-            distance = float(np.abs(self._thumbs[other] - thumb).max())
-            if distance <= self._max_distance:
-                return (
-                    Rejected("near_duplicate", f"near-duplicate of {other!r} (thumbnail distance {distance:.1f} "
-                             f"≤ near_dup_image_distance={self._max_distance})"),
-                    mh,
-                )
-        return None, mh
+    def check(self, row: dict) -> Rejected | None:
+        row["_bands"] = keys = self._lsh.keys(row["_signature"])  # reused by add()
+        idx = self._lsh.query(keys)
+        if not len(idx):
+            return None
+        thumb = np.frombuffer(row["_thumb"], dtype=np.uint8)
+        others = self._thumbs[idx]  # (candidates, 192) uint8: |a − b| without widening
+        distance = (np.maximum(others, thumb) - np.minimum(others, thumb)).max(axis=1)
+        hits = idx[distance <= self._max_distance]
+        if not len(hits):
+            return None
+        first = int(hits.min())  # the earliest kept record is the one reported
+        seen = int(distance[idx == first][0])
+        return Rejected("near_duplicate", f"near-duplicate of {self._ids[first]!r} (thumbnail distance "
+                        f"{seen} ≤ near_dup_image_distance={self._max_distance})")
 
-    def add(self, row: dict, mh: MinHash) -> None:
-        self._lsh.insert(row["id"], mh)
-        self._thumbs[row["id"]] = np.frombuffer(row["_thumb"], dtype=np.uint8).astype(np.int16)
+    def add(self, row: dict) -> None:
+        n = len(self._ids)
+        if n == len(self._thumbs):
+            self._thumbs = np.concatenate([self._thumbs, np.empty_like(self._thumbs)])
+        self._thumbs[n] = np.frombuffer(row["_thumb"], dtype=np.uint8)
+        self._ids.append(row["id"])
+        self._lsh.insert(row.get("_bands") or self._lsh.keys(row["_signature"]), n)

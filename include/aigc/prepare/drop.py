@@ -41,7 +41,7 @@ def record_files(raw: Lake, date: str | dt.date) -> list[str]:
             f"no complete raw drop at {raw.url(prefix)}: found {what}. Producers write {SUCCESS} last; "
             f"generate a demo drop with `aigc make-raw --out {raw.uri} --date {parse_date(date)}`"
         )
-    return [k for k in raw.list(prefix) if k.endswith(".jsonl") and "/images/" not in k]
+    return [k for k in raw.list(prefix, recursive=False) if k.endswith(".jsonl")]
 
 
 @dataclass(frozen=True)

@@ -15,22 +15,23 @@ import logging
 import os
 import time
 from collections import Counter, deque
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from multiprocessing import get_context
 
 from aigc.config import PrepareConfig
-from aigc.lake import Lake, ObjectNotFound
+from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
-from aigc.prepare.checks import Rejected, examine_batch, parse_line
+from aigc.prepare.checks import Rejected
 from aigc.prepare.dedup import ExactDedup, NearDedup
 from aigc.prepare.drop import SUCCESS, RawLine, drop_prefix, iter_lines, record_files
 from aigc.prepare.shards import CURATED_SCHEMA, QUARANTINE_SCHEMA, RollingParquetWriter
+from aigc.prepare.worker import examine_lines, init_worker
 from aigc.progress import progress
 
 log = logging.getLogger(__name__)
 MANIFEST = "_manifest.json"
-BATCH = 256  # records per task sent to a decoding process
+BATCH = 256  # lines per task sent to a decoding process: amortises the IPC
 
 
 class ReconciliationError(RuntimeError):
@@ -57,57 +58,50 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
     n_input = n_curated = 0
     caption_chars: list[int] = [10**9, 0, 0]  # min, max, sum
 
-    def reject(line: RawLine, why: Rejected, record: dict | None = None, image: bytes | None = None) -> None:
+    def reject(line: RawLine, why: Rejected, record: dict | None, image: bytes | None) -> None:
         reasons[why.reason] += 1
         quarantine.write({
             "id": record.get("id") if record else None, "reason": why.reason, "detail": why.detail,
             "raw_file": line.file, "raw_line": line.line_no, "raw": line.data,
-            "image_key": record.get("image") if record else None,
-            "image": image if image is not None and len(image) <= cfg.max_image_bytes else None,
+            "image_key": record.get("image") if record else None, "image": image,
         })
 
+    def keep(line: RawLine, record: dict | None, image: bytes | None, verdict: dict | Rejected) -> None:
+        nonlocal n_curated
+        if not isinstance(verdict, Rejected):  # the first record wins: dedup runs in drop order
+            verdict = exact.check_id(verdict["id"]) or exact.check(verdict) or near.check(verdict) or verdict
+        if isinstance(verdict, Rejected):
+            reject(line, verdict, record, image)
+            return
+        exact.add(verdict)
+        near.add(verdict)
+        curated.write({k: v for k, v in verdict.items() if not k.startswith("_")})
+        n_curated += 1
+        chars = verdict["caption_chars"]
+        caption_chars[:] = [min(caption_chars[0], chars), max(caption_chars[1], chars), caption_chars[2] + chars]
+
     workers = cfg.workers or os.cpu_count() or 1
-    in_flight: deque[tuple[list, Future]] = deque()
-    max_in_flight = max(2 * workers, cfg.window // BATCH)
     drop = raw.sub(drop_prefix(date))
+    in_flight: deque[tuple[list[RawLine], Future]] = deque()
+    max_in_flight = max(2 * workers, cfg.window // BATCH)
 
     def drain_one() -> None:
-        nonlocal n_curated
-        batch, future = in_flight.popleft()
-        for (line, record, image), result in zip(batch, future.result(), strict=True):
-            if isinstance(result, Rejected):
-                reject(line, result, record, image)
-                continue
-            why = exact.check_id(result["id"]) or exact.check(result)
-            mh = None
-            if why is None:
-                why, mh = near.check(result)
-            if why is not None:
-                reject(line, why, record, image)
-                continue
-            exact.add(result)
-            near.add(result, mh)
-            curated.write({k: v for k, v in result.items() if not k.startswith("_")})
-            n_curated += 1
-            chars = result["caption_chars"]
-            caption_chars[:] = [min(caption_chars[0], chars), max(caption_chars[1], chars), caption_chars[2] + chars]
+        lines_, future = in_flight.popleft()
+        for line, outcome in zip(lines_, future.result(), strict=True):
+            keep(line, *outcome)
 
-    with _executor(workers) as pool, ThreadPoolExecutor(max_workers=8) as fetcher:
-        batch: list[tuple[RawLine, dict]] = []
+    with _executor(workers, drop, cfg) as pool:
+        batch: list[RawLine] = []
         for line in progress(lines, desc=f"prepare {date}", total=expected, unit="rec"):
             n_input += 1
-            parsed = parse_line(line.data)
-            if isinstance(parsed, Rejected):
-                reject(line, parsed)
-                continue
-            batch.append((line, parsed))
+            batch.append(line)
             if len(batch) == BATCH:
-                in_flight.append(_submit(pool, fetcher, drop, batch, cfg))
+                in_flight.append((batch, pool.submit(examine_lines, batch)))
                 batch = []
                 if len(in_flight) >= max_in_flight:
                     drain_one()
         if batch:
-            in_flight.append(_submit(pool, fetcher, drop, batch, cfg))
+            in_flight.append((batch, pool.submit(examine_lines, batch)))
         while in_flight:
             drain_one()
 
@@ -155,21 +149,6 @@ def _announced_records(raw: Lake, date: dt.date) -> int | None:
         return None  # a bare marker is fine: the count is only for the progress bar
 
 
-def _fetch(drop: Lake, key: str) -> bytes | None:
-    try:
-        return drop.get_bytes(key)
-    except ObjectNotFound:
-        return None
-
-
-def _submit(pool: Executor, fetcher: ThreadPoolExecutor, drop: Lake, batch: list, cfg: PrepareConfig):
-    images = list(fetcher.map(lambda item: _fetch(drop, item[1]["image"]), batch))
-    work = [(record, image) for (_line, record), image in zip(batch, images, strict=True)]
-    return [(line, record, image) for (line, record), image in zip(batch, images, strict=True)], pool.submit(
-        examine_batch, work, cfg
-    )
-
-
 class _InlineExecutor(Executor):
     """One worker: decode in this process and skip the IPC."""
 
@@ -179,8 +158,10 @@ class _InlineExecutor(Executor):
         return future
 
 
-def _executor(workers: int) -> Executor:
+def _executor(workers: int, drop: Lake, cfg: PrepareConfig) -> Executor:
     if workers <= 1:
+        init_worker(drop, cfg)
         return _InlineExecutor()
-    # forkserver: safe beside the fetcher's threads and any CUDA state in the parent.
-    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("forkserver"))
+    # forkserver: safe beside threads and any CUDA state in the parent (fork is not).
+    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("forkserver"),
+                               initializer=init_worker, initargs=(drop, cfg))

@@ -30,22 +30,26 @@ class RollingParquetWriter:
     def __init__(self, lake: Lake, prefix: str, schema: pa.Schema, *, target_bytes: int, row_group_rows: int):
         self.lake, self.prefix, self.schema = lake, prefix, schema
         self.target_bytes, self.row_group_rows = target_bytes, row_group_rows
-        self._rows: list[dict] = []
+        self._columns: dict[str, list] = {name: [] for name in schema.names}  # columnar: cheap to convert
+        self._buffered = 0
         self._writer = None
         self._sink = None
         self._shard_bytes = 0
         self.shards: list[dict] = []
 
     def write(self, row: dict) -> None:
-        self._rows.append(row)
-        if len(self._rows) >= self.row_group_rows:
+        for name, column in self._columns.items():
+            column.append(row[name])
+        self._buffered += 1
+        if self._buffered >= self.row_group_rows:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._rows:
+        if not self._buffered:
             return
-        table = pa.Table.from_pylist(self._rows, schema=self.schema)
-        self._rows = []
+        table = pa.Table.from_pydict(self._columns, schema=self.schema)
+        self._columns = {name: [] for name in self.schema.names}
+        self._buffered = 0
         if self._writer is None:
             key = join(self.prefix, f"part-{len(self.shards):05d}.parquet")
             self._sink = HashingSink(self.lake.open_output(key))

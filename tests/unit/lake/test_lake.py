@@ -19,6 +19,7 @@ def test_put_get_exists_list_delete(lake):
     assert lake.list("a") == ["a/b/one.bin", "a/two.json"]
     assert lake.list("") == ["a/b/one.bin", "a/two.json", "c/three"]
     assert lake.list("a/b/one") == []  # prefixes are folders, not string prefixes
+    assert lake.list("a", recursive=False) == ["a/two.json"]
     assert lake.size("a/two.json") == len(lake.get_bytes("a/two.json"))
     assert lake.delete_prefix("a") == 2
     assert lake.list("") == ["c/three"]

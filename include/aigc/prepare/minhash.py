@@ -1,0 +1,75 @@
+"""MinHash signatures and a banded LSH index, small and vectorised.
+
+Signatures are computed in the decoding processes (numpy over all permutations at once);
+the index lives in the parent and holds, per kept record, one int per band: near-duplicate
+candidates come from a dict lookup, never from comparing against every earlier record.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+from functools import lru_cache
+
+import numpy as np
+
+_PRIME = (1 << 31) - 1  # Mersenne prime: (a·x + b) stays below 2⁶² in uint64, no overflow
+_SEED = 1  # fixed, so every process (and every run) draws the same permutations
+
+
+@lru_cache(maxsize=8)
+def _permutations(num_perm: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.RandomState(_SEED)
+    a = rng.randint(1, _PRIME, size=num_perm, dtype=np.uint64)
+    b = rng.randint(0, _PRIME, size=num_perm, dtype=np.uint64)
+    return a, b
+
+
+def signature(tokens: set[str], num_perm: int) -> np.ndarray:
+    """The MinHash of ``tokens``: uint32[num_perm]; equal positions estimate Jaccard similarity."""
+    if not tokens:
+        return np.full(num_perm, _PRIME, dtype=np.uint32)
+    # crc32 is a fast, stable token hash; the random affine maps below do the mixing.
+    x = np.fromiter((zlib.crc32(t.encode()) for t in tokens), dtype=np.uint64, count=len(tokens)) % _PRIME
+    a, b = _permutations(num_perm)
+    return ((np.outer(x, a) + b) % _PRIME).min(axis=0).astype(np.uint32)  # (tokens, perms) → (perms,)
+
+
+def jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
+    return float(np.mean(sig_a == sig_b))
+
+
+def bands_for(threshold: float, num_perm: int, recall_at_threshold: float = 0.85) -> tuple[int, int]:
+    """(bands, rows per band): the most rows per band (fewest false candidates) that still make a
+    pair at exactly ``threshold`` a candidate with probability ≥ ``recall_at_threshold``."""
+    best = (num_perm, 1)
+    for rows in range(1, num_perm + 1):
+        bands = num_perm // rows
+        if 1 - (1 - threshold**rows) ** bands >= recall_at_threshold:
+            best = (bands, rows)
+    return best
+
+
+class BandedLSH:
+    """Candidate lookup by signature bands; values are small ints (row numbers)."""
+
+    def __init__(self, threshold: float, num_perm: int):
+        self.bands, self.rows = bands_for(threshold, num_perm)
+        self._tables: list[dict[int, list[int]]] = [defaultdict(list) for _ in range(self.bands)]
+
+    def keys(self, sig: np.ndarray) -> list[int]:
+        """One int per band; compute once per record and pass to ``query`` and ``insert``."""
+        used = sig[: self.bands * self.rows].reshape(self.bands, self.rows).astype(np.uint64)
+        # Fold each band to one 64-bit int: a dict key costs far less than a bytes slice.
+        mixed = used * np.arange(1, self.rows + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        return np.bitwise_xor.reduce(mixed ^ (used << np.uint64(29)), axis=1).tolist()
+
+    def query(self, keys: list[int]) -> np.ndarray:
+        """The values stored under any of the band ``keys``, each once, in no particular order."""
+        hits = [table[key] for table, key in zip(self._tables, keys, strict=True) if key in table]
+        found = set().union(*hits)  # similar rows share most bands: collapse the repeats in C
+        return np.fromiter(found, dtype=np.int64, count=len(found))
+
+    def insert(self, keys: list[int], value: int) -> None:
+        for table, key in zip(self._tables, keys, strict=True):
+            table[key].append(value)
