@@ -217,5 +217,5 @@ def examine(record: dict, image: bytes | None, cfg: PrepareConfig) -> dict | Rej
         "source": record["source"],
         "created_at": record["created_at"],
         "_thumb": decoded.thumb,
-        "_signature": signature(caption, decoded.thumb, cfg.near_dup_num_perm),
+        "_signature": signature(caption, decoded.thumb, cfg.near_dup_num_perm).tobytes(),  # bytes pickle cheaply
     }

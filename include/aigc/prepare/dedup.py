@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from aigc.prepare.checks import THUMB_SIDE, Rejected
-from aigc.prepare.minhash import BandedLSH
+from aigc.prepare.minhash import BandedLSH, as_signature
 
 _THUMB_BYTES = THUMB_SIDE * THUMB_SIDE * 3
 
@@ -48,7 +48,7 @@ class NearDedup:
         self._ids: list[str] = []
 
     def check(self, row: dict) -> Rejected | None:
-        row["_bands"] = keys = self._lsh.keys(row["_signature"])  # reused by add()
+        row["_bands"] = keys = self._lsh.keys(as_signature(row["_signature"]))  # reused by add()
         idx = self._lsh.query(keys)
         if not len(idx):
             return None
@@ -69,4 +69,5 @@ class NearDedup:
             self._thumbs = np.concatenate([self._thumbs, np.empty_like(self._thumbs)])
         self._thumbs[n] = np.frombuffer(row["_thumb"], dtype=np.uint8)
         self._ids.append(row["id"])
-        self._lsh.insert(row.get("_bands") or self._lsh.keys(row["_signature"]), n)
+        keys = row.get("_bands") or self._lsh.keys(as_signature(row["_signature"]))
+        self._lsh.insert(keys, n)

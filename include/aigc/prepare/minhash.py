@@ -35,8 +35,13 @@ def signature(tokens: set[str], num_perm: int) -> np.ndarray:
     return ((np.outer(x, a) + b) % _PRIME).min(axis=0).astype(np.uint32)  # (tokens, perms) → (perms,)
 
 
-def jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
-    return float(np.mean(sig_a == sig_b))
+def as_signature(sig: np.ndarray | bytes) -> np.ndarray:
+    """Signatures cross process boundaries as bytes (cheap to pickle); this turns them back."""
+    return np.frombuffer(sig, dtype=np.uint32) if isinstance(sig, bytes) else sig
+
+
+def jaccard(sig_a: np.ndarray | bytes, sig_b: np.ndarray | bytes) -> float:
+    return float(np.mean(as_signature(sig_a) == as_signature(sig_b)))
 
 
 def bands_for(threshold: float, num_perm: int, recall_at_threshold: float = 0.85) -> tuple[int, int]:

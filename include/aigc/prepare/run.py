@@ -162,6 +162,8 @@ def _executor(workers: int, drop: Lake, cfg: PrepareConfig) -> Executor:
     if workers <= 1:
         init_worker(drop, cfg)
         return _InlineExecutor()
-    # forkserver: safe beside threads and any CUDA state in the parent (fork is not).
-    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("forkserver"),
-                               initializer=init_worker, initargs=(drop, cfg))
+    # forkserver: safe beside threads and any CUDA state in the parent (fork is not). Preloading
+    # the worker module there means each worker forks with PIL and numpy already imported.
+    context = get_context("forkserver")
+    context.set_forkserver_preload(["aigc.prepare.worker"])
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker, initargs=(drop, cfg))
