@@ -17,8 +17,10 @@ from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, get_curren
 
 from aigc_airflow.operators import QualityGateOperator
 
-LAKE_URI = os.environ.get("AIGC_LAKE_URI", "")
-CURATED = Asset(name="aigc_curated_shapes", uri=f"{LAKE_URI.rstrip('/') or 'file:///aigc-lake'}/curated/shapes")
+LAKE_URI = os.environ.get("AIGC_LAKE_URI") or ".lake"
+if "://" not in LAKE_URI:  # a folder: an Asset URI needs a scheme (abspath does no I/O)
+    LAKE_URI = "file://" + os.path.abspath(LAKE_URI)
+CURATED = Asset(name="aigc_curated_shapes", uri=f"{LAKE_URI.rstrip('/')}/curated/shapes")
 
 PARAMS = {
     "preset": Param("default", enum=["default", "demo"], title="Preset",

@@ -178,14 +178,20 @@ def signature(caption: str, thumb: bytes, num_perm: int) -> np.ndarray:
     cells) by more than ``_MASK_MARGIN``: coarse on purpose, so re-encoding noise does not
     move it, while the exact pixels are compared later, on candidates only.
     """
-    words = re.findall(r"[a-z0-9]+", caption.lower())
-    tokens = {f"w:{w}" for w in words} | {f"b:{a}_{b}" for a, b in zip(words, words[1:], strict=False)}
     cells = np.frombuffer(thumb, dtype=np.uint8).reshape(-1, 3).astype(np.int16)  # (64, RGB)
-    corners = [0, THUMB_SIDE - 1, THUMB_SIDE * (THUMB_SIDE - 1), THUMB_SIDE * THUMB_SIDE - 1]
-    background = np.median(cells[corners], axis=0)
+    background = np.sort(cells[_CORNERS], axis=0)[1:3].mean(axis=0)  # median of the 4 corners
     covered = np.flatnonzero(np.abs(cells - background).max(axis=1) > _MASK_MARGIN)
-    tokens |= {f"m{i}" for i in covered.tolist()}
-    return minhash.signature(tokens, num_perm)
+    return minhash.signature(_caption_tokens(caption) | {_CELL_TOKENS[i] for i in covered.tolist()}, num_perm)
+
+
+_CORNERS = [0, THUMB_SIDE - 1, THUMB_SIDE * (THUMB_SIDE - 1), THUMB_SIDE * THUMB_SIDE - 1]
+_CELL_TOKENS = [f"m{i}" for i in range(THUMB_SIDE * THUMB_SIDE)]
+
+
+@lru_cache(maxsize=1 << 14)
+def _caption_tokens(caption: str) -> frozenset[str]:
+    words = re.findall(r"[a-z0-9]+", caption.lower())
+    return frozenset({f"w:{w}" for w in words} | {f"b:{a}_{b}" for a, b in zip(words, words[1:], strict=False)})
 
 
 def content_hash(image_sha256: str, caption: str) -> str:
@@ -217,5 +223,7 @@ def examine(record: dict, image: bytes | None, cfg: PrepareConfig) -> dict | Rej
         "source": record["source"],
         "created_at": record["created_at"],
         "_thumb": decoded.thumb,
-        "_signature": signature(caption, decoded.thumb, cfg.near_dup_num_perm).tobytes(),  # bytes pickle cheaply
+        # Near-dup keys as bytes: a few ints pickle far cheaper than the signature array.
+        "_bands": minhash.band_keys(signature(caption, decoded.thumb, cfg.near_dup_num_perm),
+                                    cfg.near_dup_threshold, cfg.near_dup_num_perm).tobytes(),
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from aigc.prepare.checks import THUMB_SIDE, Rejected
-from aigc.prepare.minhash import BandedLSH, as_signature
+from aigc.prepare.minhash import BandedLSH
 
 _THUMB_BYTES = THUMB_SIDE * THUMB_SIDE * 3
 
@@ -48,8 +48,7 @@ class NearDedup:
         self._ids: list[str] = []
 
     def check(self, row: dict) -> Rejected | None:
-        row["_bands"] = keys = self._lsh.keys(as_signature(row["_signature"]))  # reused by add()
-        idx = self._lsh.query(keys)
+        idx = self._lsh.query(np.frombuffer(row["_bands"], dtype=np.uint64).tolist())
         if not len(idx):
             return None
         thumb = np.frombuffer(row["_thumb"], dtype=np.uint8)
@@ -69,5 +68,4 @@ class NearDedup:
             self._thumbs = np.concatenate([self._thumbs, np.empty_like(self._thumbs)])
         self._thumbs[n] = np.frombuffer(row["_thumb"], dtype=np.uint8)
         self._ids.append(row["id"])
-        keys = row.get("_bands") or self._lsh.keys(as_signature(row["_signature"]))
-        self._lsh.insert(keys, n)
+        self._lsh.insert(np.frombuffer(row["_bands"], dtype=np.uint64).tolist(), n)

@@ -29,21 +29,23 @@ def signature(tokens: set[str], num_perm: int) -> np.ndarray:
     """The MinHash of ``tokens``: uint32[num_perm]; equal positions estimate Jaccard similarity."""
     if not tokens:
         return np.full(num_perm, _PRIME, dtype=np.uint32)
-    # crc32 is a fast, stable token hash; the random affine maps below do the mixing.
-    x = np.fromiter((zlib.crc32(t.encode()) for t in tokens), dtype=np.uint64, count=len(tokens)) % _PRIME
+    x = np.fromiter(map(_token_hash, tokens), dtype=np.uint64, count=len(tokens))
     a, b = _permutations(num_perm)
     return ((np.outer(x, a) + b) % _PRIME).min(axis=0).astype(np.uint32)  # (tokens, perms) → (perms,)
 
 
-def as_signature(sig: np.ndarray | bytes) -> np.ndarray:
-    """Signatures cross process boundaries as bytes (cheap to pickle); this turns them back."""
-    return np.frombuffer(sig, dtype=np.uint32) if isinstance(sig, bytes) else sig
+@lru_cache(maxsize=1 << 16)
+def _token_hash(token: str) -> int:
+    # crc32 is a fast, stable token hash (the affine maps do the mixing); cached because a
+    # caption vocabulary repeats far more than it grows.
+    return zlib.crc32(token.encode()) % _PRIME
 
 
-def jaccard(sig_a: np.ndarray | bytes, sig_b: np.ndarray | bytes) -> float:
-    return float(np.mean(as_signature(sig_a) == as_signature(sig_b)))
+def jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
+    return float(np.mean(sig_a == sig_b))
 
 
+@lru_cache(maxsize=16)
 def bands_for(threshold: float, num_perm: int, recall_at_threshold: float = 0.85) -> tuple[int, int]:
     """(bands, rows per band): the most rows per band (fewest false candidates) that still make a
     pair at exactly ``threshold`` a candidate with probability ≥ ``recall_at_threshold``."""
@@ -55,19 +57,23 @@ def bands_for(threshold: float, num_perm: int, recall_at_threshold: float = 0.85
     return best
 
 
+def band_keys(sig: np.ndarray, threshold: float, num_perm: int) -> np.ndarray:
+    """uint64[bands]: each band of the signature folded to one int (a cheap dict key).
+
+    Computed where the signature is (a decoding process), so only these few ints travel.
+    """
+    bands, rows = bands_for(threshold, num_perm)
+    used = sig[: bands * rows].reshape(bands, rows).astype(np.uint64)
+    mixed = used * np.arange(1, rows + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    return np.bitwise_xor.reduce(mixed ^ (used << np.uint64(29)), axis=1)
+
+
 class BandedLSH:
-    """Candidate lookup by signature bands; values are small ints (row numbers)."""
+    """Candidate lookup by band keys (from ``band_keys``); values are small ints (row numbers)."""
 
     def __init__(self, threshold: float, num_perm: int):
         self.bands, self.rows = bands_for(threshold, num_perm)
         self._tables: list[dict[int, list[int]]] = [defaultdict(list) for _ in range(self.bands)]
-
-    def keys(self, sig: np.ndarray) -> list[int]:
-        """One int per band; compute once per record and pass to ``query`` and ``insert``."""
-        used = sig[: self.bands * self.rows].reshape(self.bands, self.rows).astype(np.uint64)
-        # Fold each band to one 64-bit int: a dict key costs far less than a bytes slice.
-        mixed = used * np.arange(1, self.rows + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-        return np.bitwise_xor.reduce(mixed ^ (used << np.uint64(29)), axis=1).tolist()
 
     def query(self, keys: list[int]) -> np.ndarray:
         """The values stored under any of the band ``keys``, each once, in no particular order."""

@@ -4,6 +4,7 @@ import hashlib
 import io
 import json
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -217,5 +218,11 @@ def test_near_identical_records_have_similar_signatures_and_different_ones_do_no
     other = Scene("blue", "triangle", "small", "top left")
     far = examine({**GOOD, "caption": other.caption}, png_bytes(render(other, 32)), CFG)
     assert near["content_hash"] != original["content_hash"]
-    assert CFG.near_dup_threshold <= jaccard(original["_signature"], near["_signature"]) < 1
-    assert jaccard(original["_signature"], far["_signature"]) < 0.3
+    def sig(row):
+        return checks.signature(row["caption"], row["_thumb"], CFG.near_dup_num_perm)
+
+    assert CFG.near_dup_threshold <= jaccard(sig(original), sig(near)) < 1
+    assert jaccard(sig(original), sig(far)) < 0.3
+    bands = [np.frombuffer(r["_bands"], dtype=np.uint64) for r in (original, near, far)]
+    assert np.intersect1d(bands[0], bands[1]).size > 0  # near: shares an LSH band, so it is a candidate
+    assert np.intersect1d(bands[0], bands[2]).size == 0

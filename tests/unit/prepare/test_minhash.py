@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from aigc.prepare.minhash import BandedLSH, bands_for, jaccard, signature
+from aigc.prepare.minhash import BandedLSH, band_keys, bands_for, jaccard, signature
 
 
 def sets_with_jaccard(j: float, size: int = 200, seed: int = 0) -> tuple[set[str], set[str]]:
@@ -34,14 +34,18 @@ def test_bands_trade_recall_at_the_threshold_for_fewer_candidates():
     assert 1 - (1 - 0.7 ** (rows + 1)) ** (64 // (rows + 1)) < 0.85  # one more row would miss too many
 
 
+def keys(tokens: set[str]) -> list[int]:
+    return band_keys(signature(tokens, 64), 0.7, 64).tolist()
+
+
 def test_index_finds_near_signatures_and_not_distant_ones():
     index = BandedLSH(0.7, 64)
     near_hits = far_hits = 0
     for seed in range(50):
         a, b = sets_with_jaccard(0.9, seed=seed)
         c, d = sets_with_jaccard(0.1, seed=1000 + seed)
-        index.insert(index.keys(signature(a, 64)), seed)
-        near_hits += seed in index.query(index.keys(signature(b, 64))).tolist()
-        index.insert(index.keys(signature(c, 64)), 1000 + seed)
-        far_hits += (1000 + seed) in index.query(index.keys(signature(d, 64))).tolist()
+        index.insert(keys(a), seed)
+        near_hits += seed in index.query(keys(b)).tolist()
+        index.insert(keys(c), 1000 + seed)
+        far_hits += (1000 + seed) in index.query(keys(d)).tolist()
     assert near_hits == 50 and far_hits <= 2
