@@ -81,6 +81,8 @@ class PrepareConfig:
     shard_target_bytes: int = 64 * 1024 * 1024
     """A Parquet shard is closed once it holds about this many bytes."""
     row_group_rows: int = 2048
+    row_group_bytes: int = 8 * 1024 * 1024
+    """A row group is written once it holds this many bytes, even before row_group_rows."""
     workers: int = 0
     """Decoding processes; 0 means one per CPU core."""
     window: int = 4096
@@ -102,6 +104,7 @@ class PrepareConfig:
         _check_range(self, "near_dup_image_distance", 0.0, 255.0)
         _check_range(self, "shard_target_bytes", 64 * 1024, 4 << 30)
         _check_range(self, "row_group_rows", 16, 1_000_000)
+        _check_range(self, "row_group_bytes", 64 * 1024, 1 << 30)
         _check_range(self, "workers", 0, 256)
         _check_range(self, "window", 16, 1_000_000)
 

@@ -48,10 +48,10 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
     lines = iter_lines(raw, record_files(raw, date))  # DropNotFound before anything is written
     expected = _announced_records(raw, date)
 
-    curated = RollingParquetWriter(lake, curated_run, CURATED_SCHEMA,
-                                   target_bytes=cfg.shard_target_bytes, row_group_rows=cfg.row_group_rows)
-    quarantine = RollingParquetWriter(lake, quarantine_run, QUARANTINE_SCHEMA,
-                                      target_bytes=cfg.shard_target_bytes, row_group_rows=cfg.row_group_rows)
+    sizes = {"target_bytes": cfg.shard_target_bytes, "row_group_rows": cfg.row_group_rows,
+             "row_group_bytes": cfg.row_group_bytes}
+    curated = RollingParquetWriter(lake, curated_run, CURATED_SCHEMA, **sizes)
+    quarantine = RollingParquetWriter(lake, quarantine_run, QUARANTINE_SCHEMA, **sizes)
     exact = ExactDedup()
     near = NearDedup(cfg.near_dup_threshold, cfg.near_dup_num_perm, cfg.near_dup_image_distance)
     reasons: Counter[str] = Counter()

@@ -27,9 +27,11 @@ QUARANTINE_SCHEMA = pa.schema([
 class RollingParquetWriter:
     """Buffers rows into row groups and starts a new ``part-NNNNN.parquet`` past a target size."""
 
-    def __init__(self, lake: Lake, prefix: str, schema: pa.Schema, *, target_bytes: int, row_group_rows: int):
+    def __init__(self, lake: Lake, prefix: str, schema: pa.Schema, *, target_bytes: int, row_group_rows: int,
+                 row_group_bytes: int = 8 * 1024 * 1024):
         self.lake, self.prefix, self.schema = lake, prefix, schema
-        self.target_bytes, self.row_group_rows = target_bytes, row_group_rows
+        self.target_bytes, self.row_group_rows, self.row_group_bytes = target_bytes, row_group_rows, row_group_bytes
+        self._buffered_bytes = 0
         self._columns: dict[str, list] = {name: [] for name in schema.names}  # columnar: cheap to convert
         self._buffered = 0
         self._writer = None
@@ -39,9 +41,14 @@ class RollingParquetWriter:
 
     def write(self, row: dict) -> None:
         for name, column in self._columns.items():
-            column.append(row[name])
+            value = row[name]
+            column.append(value)
+            if isinstance(value, bytes | str):
+                self._buffered_bytes += len(value)
         self._buffered += 1
-        if self._buffered >= self.row_group_rows:
+        # A row group closes on rows or on bytes, whichever first: 2048 large images (or
+        # quarantined bombs) must not sit in memory waiting for their row count.
+        if self._buffered >= self.row_group_rows or self._buffered_bytes >= self.row_group_bytes:
             self._flush()
 
     def _flush(self) -> None:
@@ -49,13 +56,13 @@ class RollingParquetWriter:
             return
         table = pa.Table.from_pydict(self._columns, schema=self.schema)
         self._columns = {name: [] for name in self.schema.names}
-        self._buffered = 0
+        self._buffered = self._buffered_bytes = 0
         if self._writer is None:
             key = join(self.prefix, f"part-{len(self.shards):05d}.parquet")
             self._sink = HashingSink(self.lake.open_output(key))
             self._writer = pq.ParquetWriter(self._sink, self.schema, compression="zstd")
             self.shards.append({"key": key, "rows": 0})
-        self._writer.write_table(table, row_group_size=self.row_group_rows)
+        self._writer.write_table(table, row_group_size=table.num_rows)
         self.shards[-1]["rows"] += table.num_rows
         self._shard_bytes += table.nbytes  # uncompressed: images are PNG, so close to the file size
         if self._shard_bytes >= self.target_bytes:
