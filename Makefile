@@ -15,7 +15,6 @@ export AIRFLOW__API__HOST := 127.0.0.1
 export AIRFLOW__API__PORT ?= 8080
 export AIGC_LAKE_URI ?= $(CURDIR)/.lake
 export GX_ANALYTICS_ENABLED := False
-export NO_PROXY := *
 
 .PHONY: help install demo demo-s3 test airflow bench lint clean
 

@@ -9,7 +9,6 @@ scheduler parses this file in milliseconds and with no I/O.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import pendulum
@@ -17,10 +16,9 @@ from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, get_curren
 
 from aigc_airflow.operators import QualityGateOperator
 
-LAKE_URI = os.environ.get("AIGC_LAKE_URI") or ".lake"
-if "://" not in LAKE_URI:  # a folder: an Asset URI needs a scheme (abspath does no I/O)
-    LAKE_URI = "file://" + os.path.abspath(LAKE_URI)
-CURATED = Asset(name="aigc_curated_shapes", uri=f"{LAKE_URI.rstrip('/')}/curated/shapes")
+# Named, not keyed by the lake's URI: an asset's identity must not change when the lake moves
+# (Airflow would mark the old one inactive and fail the producing task).
+CURATED = Asset(name="aigc_curated_shapes")
 
 PARAMS = {
     "preset": Param("default", enum=["default", "demo"], title="Preset",

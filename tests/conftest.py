@@ -18,6 +18,7 @@ os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")  # the test S3 server is on loopback: never via a proxy
 sys.path.insert(0, str(ROOT / "plugins"))  # Airflow puts plugins/ on sys.path; so do the tests
 
 

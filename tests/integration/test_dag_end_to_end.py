@@ -29,16 +29,22 @@ def airflow_env(tmp_path_factory):
     env.update({
         "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "GX_ANALYTICS_ENABLED": "False", "NO_PROXY": "*",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "GX_ANALYTICS_ENABLED": "False",
+        "NO_PROXY": "127.0.0.1,localhost",
     })
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     return env
 
 
 def dags_test(env, date, conf, timeout=600):
+    """Run the DAG for ``date``; the full log is kept under test-artifacts/ for whoever debugs it."""
     out = subprocess.run([AIRFLOW, "dags", "test", "aigc_pipeline", date, "-c", json.dumps(conf)],
                          env=env, capture_output=True, text=True, timeout=timeout)
-    return out.returncode, out.stdout + out.stderr
+    log = out.stdout + out.stderr
+    artifacts = ROOT / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    (artifacts / f"dags-test-{date}-{uuid.uuid4().hex[:6]}.log").write_text(log)
+    return out.returncode, log
 
 
 def assert_published(lake, date):
@@ -69,6 +75,20 @@ def test_dag_on_s3_through_the_airflow_connection(airflow_env, s3_server):
     rc, log = dags_test(env, "2026-11-27", CONF)
     assert rc == 0, log[-4000:]
     assert_published(open_lake(uri, s3_server.options()), "2026-11-27")
+
+
+def test_dag_prepares_a_producers_drop_once_its_marker_exists(airflow_env, tmp_path):
+    from aigc.config import RawDropConfig
+    from aigc.prepare import make_raw_drop
+
+    lake = open_lake(str(tmp_path / "lake"))
+    make_raw_drop(lake.sub("raw/shapes"), "2026-11-25", RawDropConfig(n=300, seed=5))  # the "producer"
+    marker = lake.get_bytes("raw/shapes/dt=2026-11-25/_SUCCESS")
+    env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}
+    rc, log = dags_test(env, "2026-11-25", {**CONF, "synthetic_drop": False})
+    assert rc == 0, log[-4000:]
+    assert lake.get_bytes("raw/shapes/dt=2026-11-25/_SUCCESS") == marker  # prepared as dropped, not regenerated
+    assert_published(lake, "2026-11-25")
 
 
 def test_a_failing_gate_fails_the_run_and_publishes_nothing(airflow_env, tmp_path):

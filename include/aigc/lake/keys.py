@@ -12,6 +12,7 @@ import re
 MAX_KEY_BYTES = 1024  # S3's own limit on a key
 _RUN_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,127}$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class LakeKeyError(ValueError):
@@ -28,9 +29,9 @@ def validate_key(key: str, *, allow_empty: bool = False) -> str:
         raise LakeKeyError("lake key is empty")
     if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
         raise LakeKeyError(f"lake key longer than {MAX_KEY_BYTES} bytes: {key[:60]!r}…")
-    bad = [c for c in key if ord(c) < 32 or ord(c) == 127]
+    bad = _CONTROL.search(key)
     if bad:
-        raise LakeKeyError(f"lake key {key!r} contains control character {bad[0]!r}")
+        raise LakeKeyError(f"lake key {key!r} contains control character {bad.group()!r}")
     if key.startswith("/") or re.match(r"^[A-Za-z]:", key):
         raise LakeKeyError(f"lake key {key!r} is absolute; keys are relative to the lake root")
     if "\\" in key:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urlparse
 
@@ -181,6 +181,3 @@ class S3Lake(Lake):
         sub = S3Lake(f"s3://{self.bucket}/{self._k(prefix)}", self.options)
         sub.__dict__["client"] = self.client  # share the connection pool
         return sub
-
-    def with_options(self, **changes) -> S3Lake:
-        return S3Lake(self.uri, replace(self.options, **changes))
