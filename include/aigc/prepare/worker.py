@@ -39,13 +39,13 @@ def examine_lines(lines: list[RawLine]) -> list[tuple[dict | None, bytes | None,
     records = [p for p in parsed if not isinstance(p, Rejected)]
     # Remote objects are fetched concurrently (latency dominates); local reads are faster inline.
     fetch_all = map if isinstance(_state["drop"], LocalLake) else _state["fetcher"].map
-    images = dict(zip((id(r) for r in records), fetch_all(lambda r: _fetch(r["image"]), records), strict=True))
+    images = iter(list(fetch_all(lambda r: _fetch(r["image"]), records)))  # in the order of `records`
     out = []
     for p in parsed:
         if isinstance(p, Rejected):
             out.append((None, None, p))
             continue
-        image = images[id(p)]
+        image = next(images)
         verdict = examine(p, image, cfg)
         rejected = isinstance(verdict, Rejected) and image is not None and len(image) <= cfg.max_image_bytes
         out.append((p, image if rejected else None, verdict))
