@@ -1,12 +1,13 @@
 """Stage 1 benchmark: prepare's throughput against its bound, and its memory as the drop grows.
 
-    python bench/prepare_bench.py [--n 20000] [--repeats 3] [--workers 2]
+    python bench/prepare_bench.py [--n 20000] [--repeats 3] [--workers 2] [--resolution 32]
 
 1. Throughput, side by side on one drop: rows/s of ``prepare`` and rows/s of only reading,
    decoding and hashing the same images with the same number of processes (the bound prepare
    works against). Runs alternate, medians are reported, and the ratio is taken per pair.
-2. Memory: peak RSS (parent + decoding processes) of ``prepare`` in a fresh interpreter on a
-   drop of n/10 and of n records. Flat means the ratio stays near 1 while the drop grows 10×.
+2. Memory: peak RSS (parent + decoding processes) of ``prepare`` in a fresh interpreter on
+   drops of m and 10·m records (m ≥ PrepareConfig.window, so both fill the in-flight window).
+   Flat means the ratio stays near 1 while the drop grows 10×.
 
 The last line is one JSON object with every figure.
 """
@@ -90,14 +91,15 @@ def sample():
         time.sleep(0.05)
 threading.Thread(target=sample, daemon=True).start()
 lake = open_lake(sys.argv[1])
-summary = prepare(lake.sub("raw/shapes"), lake, sys.argv[2], PrepareConfig(workers=int(sys.argv[3])))
+cfg = PrepareConfig(workers=int(sys.argv[3]), resolution=int(sys.argv[4]))
+summary = prepare(lake.sub("raw/shapes"), lake, sys.argv[2], cfg)
 done.set()
 print(json.dumps({"rows": summary["input"], "total_mib": peak["total"] / 2**20, "parent_mib": peak["parent"] / 2**20}))
 """
 
 
-def peak_rss(lake_uri: str, workers: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", PEAK_RSS_PROBE, lake_uri, DATE, str(workers)],
+def peak_rss(lake_uri: str, workers: int, resolution: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", PEAK_RSS_PROBE, lake_uri, DATE, str(workers), str(resolution)],
                          capture_output=True, text=True, check=True, env={**os.environ, "AIGC_PROGRESS": "0"})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -106,16 +108,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--memory-n", type=int, default=5_000, help="records of the smaller memory drop")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--resolution", type=int, default=32, help="image side; decode cost grows with it")
     ap.add_argument("--out", default=".bench")
     args = ap.parse_args()
-    root = Path(args.out).resolve()
+    root = Path(args.out).resolve() / f"r{args.resolution}"
 
     lake = open_lake(str(root / "throughput"))
     raw = lake.sub("raw/shapes")
     print(f"making a {args.n}-record drop …", file=sys.stderr)
-    make_raw_drop(raw, DATE, RawDropConfig(n=args.n, seed=1))
-    cfg = PrepareConfig(workers=args.workers)
+    make_raw_drop(raw, DATE, RawDropConfig(n=args.n, seed=1, resolution=args.resolution))
+    cfg = PrepareConfig(workers=args.workers, resolution=args.resolution)
     bound, prep, ratios = [], [], []
     for i in range(args.repeats):
         b = bound_rows_per_s(raw, args.n, args.workers)
@@ -127,15 +131,16 @@ def main() -> None:
               file=sys.stderr)
 
     memory = {}
-    for n in (args.n // 10, args.n):
+    for n in (args.memory_n, 10 * args.memory_n):
         mem_lake = open_lake(str(root / f"memory-{n}"))
-        make_raw_drop(mem_lake.sub("raw/shapes"), DATE, RawDropConfig(n=n, seed=2))
-        memory[n] = peak_rss(mem_lake.uri, args.workers)
+        make_raw_drop(mem_lake.sub("raw/shapes"), DATE, RawDropConfig(n=n, seed=2, resolution=args.resolution))
+        memory[n] = peak_rss(mem_lake.uri, args.workers, args.resolution)
         print(f"peak RSS at {n} records: {memory[n]['total_mib']:.0f} MiB in all processes, "
               f"{memory[n]['parent_mib']:.0f} MiB in the parent", file=sys.stderr)
-    small, large = memory[args.n // 10], memory[args.n]
+    small, large = memory[args.memory_n], memory[10 * args.memory_n]
     result = {
-        "bench": "prepare", "records": args.n, "workers": args.workers, "repeats": args.repeats,
+        "bench": "prepare", "records": args.n, "resolution": args.resolution, "workers": args.workers,
+        "repeats": args.repeats,
         "bound_rows_per_s_median": round(statistics.median(bound)),
         "prepare_rows_per_s_median": round(statistics.median(prep)),
         "ratio_median": round(statistics.median(ratios), 3), "goal_ratio": 0.5,
