@@ -4,6 +4,8 @@ PYTHON ?= python3.11
 VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 DEMO_DATE ?= $(shell date -u -d yesterday +%F)
+# `airflow standalone` starts its components as `airflow …` subprocesses: the venv must be on PATH.
+export PATH := $(BIN):$(PATH)
 
 # A project-local Airflow: SQLite, LocalExecutor, no examples, this repo's dags/ and plugins/.
 export AIRFLOW_HOME := $(CURDIR)/.airflow
