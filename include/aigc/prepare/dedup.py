@@ -28,14 +28,18 @@ class ExactDedup:
         return None
 
     def check(self, row: dict) -> Rejected | None:
-        first = self._content.get(bytes.fromhex(row["content_hash"])[:16])
+        first = self._content.get(_content_key(row))
         if first is not None:
             return Rejected("exact_duplicate", f"same image bytes and caption as {first!r}")
         return None
 
     def add(self, row: dict) -> None:
         self._ids.add(row["id"])
-        self._content[bytes.fromhex(row["content_hash"])[:16]] = row["id"]
+        self._content[_content_key(row)] = row["id"]
+
+
+def _content_key(row: dict) -> bytes:
+    return bytes.fromhex(row["content_hash"][:32])  # 16 bytes of SHA-256: collisions are not a concern
 
 
 class NearDedup:

@@ -95,13 +95,13 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         for line in progress(lines, desc=f"prepare {date}", total=expected, unit="rec"):
             n_input += 1
             batch.append(line)
-            if len(batch) == BATCH:
-                in_flight.append((batch, pool.submit(examine_lines, batch)))
-                batch = []
-                if len(in_flight) >= max_in_flight:
-                    drain_one()
-        if batch:
+            if len(batch) < BATCH:
+                continue
             in_flight.append((batch, pool.submit(examine_lines, batch)))
+            batch = []
+            if len(in_flight) >= max_in_flight:
+                drain_one()
+        in_flight.append((batch, pool.submit(examine_lines, batch)))  # the tail (maybe empty)
         while in_flight:
             drain_one()
 
