@@ -1,7 +1,9 @@
 """aigc_pipeline: the nightly AI-generated-content pipeline, one partition per logical date.
 
     raw drop ─┬─ make_demo_drop ─┐
-              └─ wait_for_drop ──┴─ prepare ── gate_curated ── publish_curated ──▶ (stage 2)
+              └─ wait_for_drop ──┴─ prepare ── gate_curated ── publish_curated ─┐
+    ┌───────────────────────────────────────────────────────────────────────────┘
+    └─ train (torchrun) ── gate_training ── publish_model ──▶ (stage 3)
 
 This file only wires tasks: every task body imports the ``aigc`` core when it runs, so the
 scheduler parses this file in milliseconds and with no I/O.
@@ -15,10 +17,12 @@ import pendulum
 from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, get_current_context, task
 
 from aigc_airflow.operators import QualityGateOperator
+from aigc_airflow.train_operator import DistributedTrainOperator
 
 # Named, not keyed by the lake's URI: an asset's identity must not change when the lake moves
 # (Airflow would mark the old one inactive and fail the producing task).
 CURATED = Asset(name="aigc_curated_shapes")
+MODEL_CANDIDATE = Asset(name="aigc_model_candidate")
 
 PARAMS = {
     "preset": Param("default", enum=["default", "demo"], title="Preset",
@@ -39,6 +43,14 @@ PARAMS = {
     "min_rows": Param(None, type=["null", "integer"], minimum=0, title="Gate 1: minimum curated rows"),
     "max_quarantine_ratio": Param(None, type=["null", "number"], minimum=0, maximum=1,
                                   title="Gate 1: maximum quarantined fraction"),
+    "train_steps": Param(None, type=["null", "integer"], minimum=1, maximum=1_000_000, title="Training steps",
+                         description="Optimizer steps (empty: the preset's)."),
+    "nproc": Param(None, type=["null", "integer"], minimum=1, maximum=64, title="Training processes per node",
+                   description="torchrun --nproc-per-node: CPU processes here, one per GPU on a GPU worker."),
+    "precision": Param(None, type=["null", "string"], enum=[None, "auto", "fp32", "bf16", "fp16"],
+                       title="Training precision", description="auto: bf16 on a GPU that has it, else fp32."),
+    "max_final_val_loss": Param(None, type=["null", "number"], minimum=0,
+                                title="Gate 2: maximum final validation loss"),
 }
 
 
@@ -65,7 +77,7 @@ def _raw_lake(lake, cfg, params):
     catchup=False,
     max_active_runs=2,
     params=PARAMS,
-    tags=["aigc", "stage-1-prepare"],
+    tags=["aigc", "stage-1-prepare", "stage-2-train"],
     default_args={
         "owner": "aigc-platform",
         "retries": 2,
@@ -113,7 +125,20 @@ def aigc_pipeline():
     prepared = prepare()
     branch >> [make_demo_drop(), wait_for_drop()] >> prepared
     gate = QualityGateOperator(task_id="gate_curated", gate="curated", prepared=prepared)
-    gate >> publish_curated(prepared)
+    curated = publish_curated(prepared)
+    gate >> curated
+
+    @task(outlets=[MODEL_CANDIDATE])
+    def publish_model(trained: dict) -> dict:
+        from aigc.quality.training import publish_trained
+
+        _context, cfg, lake, _date = _run_config()
+        return publish_trained(lake, cfg.model.name, trained["date"], trained["run_id"])
+
+    # A GPU worker serves queue "gpu" in the distributed set-up; with one local worker every queue is served.
+    trained = DistributedTrainOperator(task_id="train", curated=curated, execution_timeout=timedelta(hours=8))
+    gate_training = QualityGateOperator(task_id="gate_training", gate="training", prepared=trained.output)
+    gate_training >> publish_model(trained.output)
 
 
 aigc_pipeline()

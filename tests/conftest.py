@@ -13,6 +13,7 @@ from aigc.devtools.s3server import local_s3
 from aigc.lake import LocalLake, S3Lake
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["tests.training_fixtures"]
 # What `make` exports for Airflow, for a bare `pytest` run too: this repo's dags/ and plugins/.
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))

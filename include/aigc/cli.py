@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import sys
 from collections.abc import Callable
@@ -22,8 +23,10 @@ log = logging.getLogger("aigc")
 
 def _config(args: argparse.Namespace) -> PipelineConfig:
     cfg = preset(args.preset)
+    if getattr(args, "config_json", None):  # a torchrun worker gets the launcher's resolved configuration
+        return cfg.override(json.loads(args.config_json))
     changes: dict[str, dict] = {}
-    for section in ("raw", "prepare", "curated_gate"):
+    for section in (f.name for f in dataclasses.fields(cfg)):
         fields = {f.name for f in dataclasses.fields(getattr(cfg, section))}
         for name in fields:
             value = getattr(args, f"{section}__{name}", None)
@@ -73,6 +76,27 @@ def cmd_publish(args: argparse.Namespace) -> dict:
     return {"command": "publish", **publish_prepared(open_lake(args.lake), cfg.prepare.dataset, args.date, args.run_id)}
 
 
+def cmd_train(args: argparse.Namespace) -> dict | None:
+    """Launch torchrun (or, with --worker, be one of its processes); then gate 2 and publish."""
+    cfg = _config(args)
+    if args.worker:
+        from aigc.train.launch import worker_main
+
+        worker_main(args.lake, args.date, args.run_id, cfg)
+        return None  # the launcher reports
+    from aigc.quality.training import publish_trained, validate_training
+    from aigc.train.launch import run_training
+
+    lake = open_lake(args.lake)
+    summary = run_training(lake, args.date, cfg, run_id=args.run_id)
+    if args.no_gate:
+        return {"command": "train", **summary, "published": False}
+    gate = validate_training(lake, cfg.model.name, args.date, summary["run_id"], cfg.train_gate)
+    published = publish_trained(lake, cfg.model.name, args.date, summary["run_id"])
+    return {"command": "train", **summary, "gate": gate["result_uri"], "published": True,
+            "published_uri": published["run_uri"]}
+
+
 def cmd_status(args: argparse.Namespace) -> dict:
     """What is published for a date, and what the gate said about it."""
     from aigc.lake.keys import partition
@@ -99,19 +123,47 @@ def cmd_status(args: argparse.Namespace) -> dict:
             "input": manifest["input_records"], "quarantined": manifest["quarantined"],
             "quarantine_uri": lake.url(manifest["quarantine"]["prefix"]),
             "gate_passed": gate["success"] if gate else None,
-            "data_docs_uri": gate["data_docs_uri"] if gate else None}
+            "data_docs_uri": gate["data_docs_uri"] if gate else None,
+            "model": _model_status(lake, cfg.model.name, args.date)}
 
 
-def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls) -> None:
+def _model_status(lake, model: str, date: str) -> dict | None:
+    """The published training run of ``date`` (stage 2's hand-off), if any."""
+    from aigc.lake.keys import partition
+    from aigc.lake.publish import NotPublished, resolve
+    from aigc.train.artifacts import SUMMARY
+
+    try:
+        pointer = resolve(lake, partition("training", model, date))
+    except NotPublished:
+        return None
+    s = lake.get_json(join(pointer["run_prefix"], SUMMARY))
+    log.info("model %s: run %s, %d steps on %d process(es), validation loss %.5f (from %.5f); weights %s",
+             model, s["run_id"], s["steps"], s["world_size"], s["final_val_loss"], s["initial_val_loss"],
+             s["weights_uri"])
+    return {k: s[k] for k in ("run_id", "run_uri", "weights_uri", "steps", "world_size", "final_val_loss",
+                              "initial_val_loss", "imbalance", "loss_png_uri")}
+
+
+def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls, only: tuple[str, ...] = ()) -> None:
     group = p.add_argument_group(f"{section} settings (defaults from --preset)")
     for f in dataclasses.fields(cfg_cls):
+        if only and f.name not in only:
+            continue
         kind = {"int": int, "float": float}.get(str(f.type).split()[0], str)  # annotations are strings here
         group.add_argument(f"--{f.name.replace('_', '-')}", dest=f"{section}__{f.name}", type=kind, default=None,
                            metavar=f.name.upper())
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from aigc.config import CuratedGateThresholds, PrepareConfig, RawDropConfig
+    from aigc.config import (
+        CuratedGateThresholds,
+        ModelConfig,
+        PrepareConfig,
+        RawDropConfig,
+        TrainConfig,
+        TrainingGateThresholds,
+    )
 
     parser = argparse.ArgumentParser(prog="aigc", description=__doc__.splitlines()[0])
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING …")
@@ -145,8 +197,18 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_flags(p, "curated_gate", CuratedGateThresholds)
         if name == "prepare":
             p.add_argument("--source", dest="raw__source", default=None, help="raw source name (default shapes)")
+    p = command("train", cmd_train, "train the generator under torchrun on the curated window; then gate 2 and publish")
+    p.add_argument("--run-id", default=None, help="resume this run from its last checkpoint (default: a new run)")
+    p.add_argument("--no-gate", action="store_true", help="stop after training, before gate 2 and publishing")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--config-json", default=None, help=argparse.SUPPRESS)
+    for section, cls in (("model", ModelConfig), ("train", TrainConfig), ("train_gate", TrainingGateThresholds)):
+        _add_config_flags(p, section, cls)
+    _add_config_flags(p, "prepare", PrepareConfig, only=("dataset",))
+
     p = command("status", cmd_status, "what is published for a date, with its gate results")
     _add_config_flags(p, "prepare", PrepareConfig)
+    _add_config_flags(p, "model", ModelConfig, only=("name",))
     return parser
 
 
@@ -155,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level)
     try:
         summary = args.fn(args)
+        if summary is None:  # a torchrun worker: its launcher prints the summary
+            return 0
     except Exception as e:  # the CLI's one catch-all: a readable message, the traceback in debug logs
         log.debug("traceback", exc_info=True)
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)

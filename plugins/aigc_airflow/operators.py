@@ -18,7 +18,13 @@ def _curated_gate(lake, cfg, prepared: dict) -> dict:
                             cfg.curated_gate, cfg.prepare)
 
 
-GATES = {"curated": _curated_gate}
+def _training_gate(lake, cfg, trained: dict) -> dict:
+    from aigc.quality.training import validate_training
+
+    return validate_training(lake, cfg.model.name, trained["date"], trained["run_id"], cfg.train_gate)
+
+
+GATES = {"curated": _curated_gate, "training": _training_gate}
 
 
 class QualityGateOperator(BaseOperator):

@@ -24,6 +24,19 @@ def open_task_lake(uri: str | None = None):
     return open_lake(uri, s3_options_from_connection(S3Options.from_env()))
 
 
+def lake_env() -> dict[str, str]:
+    """The ``aws_default`` credentials as AWS_* variables, for child processes (torchrun workers) that open the lake."""
+    from aigc.lake import S3Options, default_lake_uri
+
+    if not default_lake_uri().startswith("s3://"):
+        return {}
+    opts = s3_options_from_connection(S3Options.from_env())
+    env = {"AWS_ACCESS_KEY_ID": opts.access_key, "AWS_SECRET_ACCESS_KEY": opts.secret_key,
+           "AWS_SESSION_TOKEN": opts.session_token, "AWS_ENDPOINT_URL": opts.endpoint_url,
+           "AWS_DEFAULT_REGION": opts.region}
+    return {k: v for k, v in env.items() if v}
+
+
 def s3_options_from_connection(fallback):
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
@@ -67,6 +80,10 @@ PARAM_FIELDS = {
     "near_dup_threshold": ("prepare", "near_dup_threshold"),
     "min_rows": ("curated_gate", "min_rows"),
     "max_quarantine_ratio": ("curated_gate", "max_quarantine_ratio"),
+    "train_steps": ("train", "steps"),
+    "nproc": ("train", "nproc"),
+    "precision": ("train", "precision"),
+    "max_final_val_loss": ("train_gate", "max_final_val_loss"),
 }
 
 

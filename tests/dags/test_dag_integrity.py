@@ -47,13 +47,24 @@ def test_stage_one_is_wired_drop_prepare_gate_publish(dagbag):
     assert dag.get_task("prepare").trigger_rule == "none_failed_min_one_success"
 
 
+def test_stage_two_trains_after_publication_then_gates_then_hands_off(dagbag):
+    dag = dagbag.dags["aigc_pipeline"]
+    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
+    assert down["publish_curated"] == {"train"}
+    assert down["train"] == {"gate_training", "publish_model"}
+    assert down["gate_training"] == {"publish_model"}
+    assert type(dag.get_task("train")).__name__ == "DistributedTrainOperator"
+    assert [a.name for a in dag.get_task("publish_model").outlets] == ["aigc_model_candidate"]
+
+
 def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
     from airflow.sdk.exceptions import ParamValidationError
 
     params = copy.deepcopy(dagbag.dags["aigc_pipeline"].params)
     params.validate()  # pressing Trigger with the form unchanged is valid
     assert params["preset"] == "default" and params["synthetic_drop"] is True
-    for name, bad in (("resolution", 33), ("dirt_rate", 1.5), ("preset", "huge"), ("n_records", 0)):
+    for name, bad in (("resolution", 33), ("dirt_rate", 1.5), ("preset", "huge"), ("n_records", 0),
+                      ("nproc", 0), ("precision", "fp8"), ("train_steps", 0)):
         with pytest.raises(ParamValidationError):
             params[name] = bad
 

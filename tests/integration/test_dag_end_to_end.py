@@ -58,7 +58,18 @@ def assert_published(lake, date):
     return pointer
 
 
-CONF = {"preset": "demo", "n_records": 300, "min_rows": 200}
+CONF = {"preset": "demo", "n_records": 300, "min_rows": 200, "train_steps": 40, "max_final_val_loss": 0.1}
+
+
+def assert_model_published(lake, date):
+    """Stage 2: a gated training run, handed to stage 3 through its published pointer."""
+    pointer = resolve(lake, partition("training", "shapes-cvae", date))
+    summary = lake.get_json(f"{pointer['run_prefix']}/_SUMMARY.json")
+    assert summary["steps"] == 40 and summary["world_size"] == 2
+    assert summary["final_val_loss"] < summary["initial_val_loss"]
+    assert lake.exists(f"{pointer['run_prefix']}/model.safetensors")
+    gate = lake.get_json(f"quality/training/dt={date}/run={pointer['run_id']}/result.json")
+    assert gate["success"]
 
 
 def test_dag_on_a_local_lake(airflow_env, tmp_path):
@@ -66,7 +77,9 @@ def test_dag_on_a_local_lake(airflow_env, tmp_path):
     rc, log = dags_test(env, "2026-11-27", CONF)
     assert rc == 0, log[-4000:]
     assert "state=success" in log
-    assert_published(open_lake(str(tmp_path / "lake")), "2026-11-27")
+    lake = open_lake(str(tmp_path / "lake"))
+    assert_published(lake, "2026-11-27")
+    assert_model_published(lake, "2026-11-27")
 
 
 def test_dag_on_s3_through_the_airflow_connection(airflow_env, s3_server):
@@ -74,7 +87,9 @@ def test_dag_on_s3_through_the_airflow_connection(airflow_env, s3_server):
     env = {**airflow_env, "AIGC_LAKE_URI": uri, "AIRFLOW_CONN_AWS_DEFAULT": s3_server.env()["AIRFLOW_CONN_AWS_DEFAULT"]}
     rc, log = dags_test(env, "2026-11-27", CONF)
     assert rc == 0, log[-4000:]
-    assert_published(open_lake(uri, s3_server.options()), "2026-11-27")
+    lake = open_lake(uri, s3_server.options())
+    assert_published(lake, "2026-11-27")
+    assert_model_published(lake, "2026-11-27")  # torchrun's workers got the connection's credentials too
 
 
 def test_dag_prepares_a_producers_drop_once_its_marker_exists(airflow_env, tmp_path):

@@ -8,9 +8,11 @@ import pytest
 from aigc.config import (
     RESOLUTIONS,
     CuratedGateThresholds,
+    ModelConfig,
     PipelineConfig,
     PrepareConfig,
     RawDropConfig,
+    TrainConfig,
     preset,
 )
 
@@ -102,10 +104,10 @@ def test_override_rejects_an_unknown_field_listing_the_known_ones():
 
 def test_override_rejects_an_unknown_section_listing_the_known_ones():
     with pytest.raises(ValueError) as err:
-        PipelineConfig().override({"train": {"epochs": 3}})
+        PipelineConfig().override({"evaluate": {"epochs": 3}})
     message = str(err.value)
-    assert "'train'" in message
-    for section in ("raw", "prepare", "curated_gate"):
+    assert "'evaluate'" in message
+    for section in ("raw", "prepare", "curated_gate", "model", "train", "train_gate"):
         assert section in message, f"the message should list the known sections: {message}"
 
 
@@ -125,11 +127,45 @@ def test_demo_preset_is_small_and_differs_only_where_documented():
     assert (demo.raw.n, demo.prepare.workers, demo.curated_gate.min_rows) == (2_000, 2, 500)
     assert demo.raw.n < default.raw.n and demo.curated_gate.min_rows < default.curated_gate.min_rows
     assert demo.curated_gate.min_rows <= demo.raw.n  # a clean demo drop can pass its gate
+    assert demo.train.steps < default.train.steps
     assert demo.override({"raw": {"n": default.raw.n}, "prepare": {"workers": 0},
-                          "curated_gate": {"min_rows": 1000}}) == default
+                          "curated_gate": {"min_rows": 1000},
+                          "train": {"steps": 1500, "eval_every": 250, "checkpoint_every": 250}}) == default
 
 
 def test_an_unknown_preset_names_the_choices():
     expected = "unknown preset 'nope'; choose one of ['default', 'demo']"
     with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         preset("nope")
+
+
+@pytest.mark.parametrize("field, value, fragment", [
+    ("precision", "fp8", "TrainConfig.precision must be one of"),
+    ("grad_compression", "int4", "TrainConfig.grad_compression must be one of"),
+    ("steps", 0, "TrainConfig.steps must be in [1,"),
+    ("nnodes", "two", "TrainConfig.nnodes must be N or MIN:MAX"),
+])
+def test_train_config_names_the_bad_field_and_value(field, value, fragment):
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        TrainConfig(**{field: value})
+
+
+def test_several_nodes_need_a_rendezvous_endpoint():
+    with pytest.raises(ValueError, match="rdzv_endpoint"):
+        TrainConfig(nnodes="2")
+    assert TrainConfig(nnodes="2", rdzv_endpoint="10.0.0.1:29400").nnodes == "2"
+
+
+def test_the_global_batch_must_split_over_ranks_and_accumulation():
+    cfg = TrainConfig(batch_size=64, grad_accum=2)
+    assert cfg.micro_batch(2) == 16 and cfg.micro_batch(1) == 32
+    expected = "batch_size=64 does not split over 3 rank(s) × grad_accum=2; use a multiple of 6"
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        cfg.micro_batch(3)
+
+
+def test_model_resolution_and_heads_are_checked():
+    with pytest.raises(ValueError, match="ModelConfig.resolution must be one of"):
+        ModelConfig(resolution=48)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        ModelConfig(text_dim=30)

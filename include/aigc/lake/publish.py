@@ -32,10 +32,14 @@ class NotPublished(LookupError):
     """A partition with no published run (yet)."""
 
 
-def new_run_id(now: dt.datetime | None = None) -> str:
-    """Sortable by start time, unique without coordination: ``20261129T213000Z-1a2b3c``."""
-    now = now or dt.datetime.now(dt.UTC)
-    return f"{now.strftime(_RUN_TIME)}-{secrets.token_hex(3)}"
+def new_run_id(now: dt.datetime | None = None, token: str | None = None) -> str:
+    """Sortable by start time, unique without coordination: ``20261129T213000Z-1a2b3c``.
+
+    With ``now`` and ``token`` given it is deterministic: an orchestrator's retries of one run
+    get the same id, so they find (and resume from) what the first attempt left.
+    """
+    now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    return f"{now.strftime(_RUN_TIME)}-{token or secrets.token_hex(3)}"
 
 
 def run_started(run_id: str) -> dt.datetime | None:

@@ -179,18 +179,38 @@ def signature(caption: str, thumb: bytes, num_perm: int) -> np.ndarray:
     A cell counts as covered when it differs from the background (the median of the corner
     cells) by more than ``_MASK_MARGIN``: coarse on purpose, so re-encoding noise does not
     move it, while the exact pixels are compared later, on candidates only.
+
+    The MinHash of a union is the element-wise minimum of the parts' MinHashes, so the
+    caption's part is cached (captions repeat) and each cell's part is precomputed: the
+    result equals ``minhash.signature`` of all the tokens together, at a fraction of the cost.
     """
     cells = np.frombuffer(thumb, dtype=np.uint8).reshape(-1, 3).astype(np.int16)  # (64, RGB)
-    background = np.sort(cells[_CORNERS], axis=0)[1:3].mean(axis=0)  # median of the 4 corners
-    covered = np.flatnonzero(np.abs(cells - background).max(axis=1) > _MASK_MARGIN)
-    return minhash.signature(_caption_tokens(caption) | {_CELL_TOKENS[i] for i in covered.tolist()}, num_perm)
+    corners = np.sort(cells[_CORNERS], axis=0)  # (4, RGB)
+    # |cell − median| > margin, doubled so the median of 4 (a half-integer mean) stays an int
+    covered = (np.abs(2 * cells - (corners[1] + corners[2])) > 2 * _MASK_MARGIN).any(axis=1)  # (64,)
+    sig = _caption_signature(caption, num_perm)
+    if covered.any():
+        sig = np.minimum(sig, _cell_signatures(num_perm)[covered].min(axis=0))
+    return sig
+
+
+@lru_cache(maxsize=1 << 14)
+def _caption_signature(caption: str, num_perm: int) -> np.ndarray:
+    sig = minhash.signature(_caption_tokens(caption), num_perm)
+    sig.flags.writeable = False  # shared by every call with this caption
+    return sig
+
+
+@lru_cache(maxsize=8)
+def _cell_signatures(num_perm: int) -> np.ndarray:
+    """(64, num_perm): the MinHash of each cell token alone."""
+    return np.stack([minhash.signature({token}, num_perm) for token in _CELL_TOKENS])
 
 
 _CORNERS = [0, THUMB_SIDE - 1, THUMB_SIDE * (THUMB_SIDE - 1), THUMB_SIDE * THUMB_SIDE - 1]
 _CELL_TOKENS = [f"m{i}" for i in range(THUMB_SIDE * THUMB_SIDE)]
 
 
-@lru_cache(maxsize=1 << 14)
 def _caption_tokens(caption: str) -> frozenset[str]:
     words = re.findall(r"[a-z0-9]+", caption.lower())
     return frozenset({f"w:{w}" for w in words} | {f"b:{a}_{b}" for a, b in zip(words, words[1:], strict=False)})

@@ -1,0 +1,67 @@
+"""Gate 2 (train → deploy): the expectations a training run's metrics must meet before hand-off.
+
+The gate reads what the run stored (metrics.parquet and _SUMMARY.json), not what the trainer
+said in memory: a model whose metrics are missing, non-finite or unimproved does not pass.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pandas as pd
+
+from aigc.config import TrainingGateThresholds
+from aigc.lake import Lake
+from aigc.lake.keys import join, partition, run_prefix
+from aigc.lake.publish import publish
+from aigc.quality.gate import Table, run_gate
+from aigc.train.artifacts import METRICS, MODEL_CARD, SUMMARY, WEIGHTS, training_run_prefix
+
+GATE = "training"
+
+
+def validate_training(lake: Lake, model: str, date: str | dt.date, run_id: str,
+                      thresholds: TrainingGateThresholds) -> dict:
+    """Run gate 2 on a finished (not yet published) training run; GateFailed if it does not pass."""
+    import great_expectations.expectations as gxe
+
+    prefix = training_run_prefix(model, date, run_id)
+    steps = lake.read_parquet([join(prefix, METRICS)]).to_pandas()
+    trained = steps[steps["step"] > 0].assign(
+        loss_finite=lambda f: f["loss"].map(math.isfinite), grad_finite=lambda f: f["grad_norm"].map(math.isfinite))
+    val = steps[steps["val_loss"].map(math.isfinite)]
+    initial = float(val["val_loss"].iloc[0]) if len(val) else math.nan
+    final = float(val["val_loss"].iloc[-1]) if len(val) else math.nan
+    summary = pd.DataFrame([{
+        "initial_val_loss": initial, "final_val_loss": final,
+        "val_ratio": final / initial if initial > 0 else math.inf,
+        "max_imbalance": float(trained["imbalance"].max()) if len(trained) else math.nan,
+        "flagged_steps": int((trained["flagged_ranks"] != "").sum()),
+        "files_present": all(lake.exists(join(prefix, f)) for f in (WEIGHTS, MODEL_CARD, SUMMARY)),
+    }])
+    stored = lake.get_json(join(prefix, SUMMARY))
+    tables = [
+        Table("steps", trained, [
+            gxe.ExpectTableRowCountToEqual(value=int(stored["steps"])),
+            gxe.ExpectColumnValuesToBeUnique(column="step"),
+            gxe.ExpectColumnValuesToBeInSet(column="loss_finite", value_set=[True]),
+            gxe.ExpectColumnValuesToBeInSet(column="grad_finite", value_set=[True]),
+        ]),
+        Table("summary", summary, [
+            gxe.ExpectColumnValuesToBeBetween(column="final_val_loss", min_value=0,
+                                              max_value=thresholds.max_final_val_loss),
+            gxe.ExpectColumnValuesToBeBetween(column="val_ratio", max_value=thresholds.max_val_ratio),
+            gxe.ExpectColumnValuesToBeBetween(column="max_imbalance", max_value=thresholds.max_imbalance),
+            gxe.ExpectColumnValuesToBeBetween(column="flagged_steps", max_value=thresholds.max_flagged_steps),
+            gxe.ExpectColumnValuesToBeInSet(column="files_present", value_set=[True]),
+        ]),
+    ]
+    return run_gate(GATE, tables, lake, run_prefix(partition("quality", GATE, date), run_id))
+
+
+def publish_trained(lake: Lake, model: str, date: str | dt.date, run_id: str) -> dict:
+    """Hand the gated run to stage 3: ``training/<model>/dt=<date>/_PUBLISHED.json`` → the run."""
+    pointer = publish(lake, partition("training", model, date), run_id, summary=SUMMARY)
+    return {"stage": "publish-model", "model": model, "date": str(date), "run_id": run_id,
+            "run_uri": lake.url(pointer["run_prefix"]), "replaced_run_id": pointer["previous_run_id"]}

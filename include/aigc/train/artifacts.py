@@ -1,0 +1,117 @@
+"""What a training run leaves in the lake, under ``training/<model>/dt=<date>/run=<id>/``.
+
+    checkpoints/        step-NNNNNNN.pt + LATEST.json (see checkpoint.py)
+    metrics.parquet     one row per optimizer step (row 0: the untrained validation loss)
+    loss.png            training and validation loss curves
+    model.safetensors   final weights (safetensors: loading runs no code)
+    model.json          model config, vocabulary, lineage (curated partitions and their manifests)
+    _SUMMARY.json       the run's summary, written last: the run is complete once it exists
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import torch
+from safetensors.torch import save as save_safetensors
+
+from aigc.config import PipelineConfig
+from aigc.lake import Lake
+from aigc.lake.keys import join, partition, run_prefix
+from aigc.plots import line_chart
+
+SUMMARY = "_SUMMARY.json"
+WEIGHTS = "model.safetensors"
+MODEL_CARD = "model.json"
+METRICS = "metrics.parquet"
+
+_NAN = float("nan")
+METRIC_DEFAULTS: dict[str, float | int | str] = {
+    "step": 0, "epoch": 0, "loss": _NAN, "recon": _NAN, "kl": _NAN, "lr": _NAN, "grad_norm": _NAN,
+    "samples_per_s": _NAN, "imbalance": _NAN, "step_imbalance": _NAN, "val_loss": _NAN,
+    "rank_norm_min": _NAN, "rank_norm_max": _NAN, "flagged_ranks": "",
+}
+METRICS_SCHEMA = pa.schema([(k, pa.int64() if k in ("step", "epoch") else pa.string() if k == "flagged_ranks"
+                             else pa.float64()) for k in METRIC_DEFAULTS])
+
+
+def metric_row(step: int, **values) -> dict:
+    unknown = set(values) - set(METRIC_DEFAULTS)
+    if unknown:
+        raise KeyError(f"unknown metric(s) {sorted(unknown)}")
+    return {**METRIC_DEFAULTS, "step": step, **values}
+
+
+def training_run_prefix(model: str, date: str | dt.date, run_id: str) -> str:
+    return run_prefix(partition("training", model, date), run_id)
+
+
+def write_metrics(lake: Lake, prefix: str, rows: list[dict]) -> str:
+    table = pa.Table.from_pylist(rows, schema=METRICS_SCHEMA)
+    with lake.parquet_writer(join(prefix, METRICS), METRICS_SCHEMA) as writer:
+        writer.write_table(table)
+    train = [r for r in rows if r["step"] > 0]
+    val = [r for r in rows if math.isfinite(r["val_loss"])]
+    lake.put_bytes(join(prefix, "loss.png"), line_chart(
+        {"train loss": ([r["step"] for r in train], [r["loss"] for r in train]),
+         "validation loss": ([r["step"] for r in val], [r["val_loss"] for r in val])},
+        title="training: negative ELBO per pixel", xlabel="optimizer step", ylabel="loss", log_y=True))
+    return join(prefix, METRICS)
+
+
+def code_version() -> str:
+    """The git commit of the code that trained, when it runs from a checkout; else the package version."""
+    here = Path(__file__).resolve().parent
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                              timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"aigc=={version('aigc')}"
+        except PackageNotFoundError:
+            return "unknown"
+
+
+def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, vocab, cfg: PipelineConfig, rows: list[dict],
+                index, run_id: str, date: dt.date, world: int, precision: str, resumed_from: int | None,
+                initial_val: float, flagged_steps: int, decoded_shards: int, seconds: float) -> dict:
+    """Weights, model card, metrics and the summary (last). Returns the summary."""
+    weights = save_safetensors({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+                               metadata={"format": "pt", "model": cfg.model.name})
+    lake.put_bytes(join(prefix, WEIGHTS), weights)
+    metrics_key = write_metrics(lake, prefix, rows)
+    trained = [r for r in rows if r["step"] > 0]
+    final_val = rows[-1]["val_loss"]
+    speeds = sorted(r["samples_per_s"] for r in trained)
+    lineage = {"curated": index.partitions, "training_run": run_id, "code_version": code_version(),
+               "host": os.uname().nodename}
+    card = {"model": dataclasses.asdict(cfg.model), "vocab": vocab.to_dict(), "train": dataclasses.asdict(cfg.train),
+            "weights": WEIGHTS, "weights_sha256": hashlib.sha256(weights).hexdigest(), "lineage": lineage,
+            "parameters": sum(p.numel() for p in model.parameters())}
+    lake.put_json(join(prefix, MODEL_CARD), card)
+    summary = {
+        "stage": "train", "date": date.isoformat(), "run_id": run_id, "model": cfg.model.name,
+        "run_uri": lake.url(prefix), "weights_uri": lake.url(join(prefix, WEIGHTS)),
+        "metrics_uri": lake.url(metrics_key), "loss_png_uri": lake.url(join(prefix, "loss.png")),
+        "steps": trained[-1]["step"] if trained else 0, "optimizer_steps_logged": len(trained),
+        "world_size": world, "precision": precision, "resumed_from_step": resumed_from,
+        "initial_val_loss": initial_val, "final_val_loss": final_val,
+        "final_train_loss": trained[-1]["loss"] if trained else None,
+        "imbalance": max((r["imbalance"] for r in trained), default=0.0),
+        "flagged_steps": flagged_steps, "samples": len(index), "partitions": len(index.partitions),
+        "median_samples_per_s": speeds[len(speeds) // 2] if speeds else None,
+        "decoded_shards": decoded_shards, "parameters": card["parameters"],
+        "weights_sha256": card["weights_sha256"], "seconds": round(seconds, 2),
+    }
+    lake.put_json(join(prefix, SUMMARY), json.loads(json.dumps(summary, default=str)))
+    return summary

@@ -1,0 +1,174 @@
+"""The distribution layer: process group, device, precision, DDP and its gradient-health hook.
+
+Models know nothing of this module. Under torchrun (RANK/WORLD_SIZE in the environment) it
+joins the process group (gloo on CPU, nccl on GPUs); run plainly it is a world of one with no
+process group and no DDP wrapper, which is what unit tests use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+    device: torch.device
+    backend: str | None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None
+
+
+def init_distributed(threads: int = 0, timeout_s: int = 1800) -> Dist:
+    """Join torchrun's process group if there is one; pin the device and the CPU threads."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    # torchrun sets OMP_NUM_THREADS=1 for several processes; share the cores instead.
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
+    backend = None
+    if "RANK" in os.environ and world >= 1:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=dt.timedelta(seconds=timeout_s))
+    return Dist(rank, world, local_rank, local_world, device, backend)
+
+
+def shutdown(ctx: Dist) -> None:
+    if ctx.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError("TrainConfig.precision='fp16' needs a CUDA device (GradScaler); use bf16 or fp32 on CPU")
+    return precision
+
+
+def autocast(precision: str, device: torch.device):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+class GradHealth:
+    """DDP comm-hook state: sums the squared local gradient (before the all-reduce) of each bucket.
+
+    The hook sees each bucket's buffer just before it is reduced: that is this rank's own
+    gradient (accumulated over its micro-steps), which no longer exists once DDP has averaged it.
+    """
+
+    def __init__(self, process_group, compression: str):
+        self.process_group, self.compression = process_group, compression
+        self.local_sq: torch.Tensor | None = None
+
+    def reset(self) -> None:
+        self.local_sq = None
+
+    def local_norm(self) -> float:
+        return float(self.local_sq.sqrt()) if self.local_sq is not None else 0.0
+
+
+def _health_hook(state, bucket):  # no annotations: DDP compares them to dist.GradBucket, and they are strings here
+    sq = bucket.buffer().detach().float().pow(2).sum()
+    state.local_sq = sq if state.local_sq is None else state.local_sq + sq
+    if state.compression == "fp16":
+        return default_hooks.fp16_compress_hook(state.process_group, bucket)
+    if state.compression == "bf16":
+        return default_hooks.bf16_compress_hook(state.process_group, bucket)
+    return default_hooks.allreduce_hook(state.process_group, bucket)
+
+
+def wrap_model(model: nn.Module, ctx: Dist, compression: str) -> tuple[nn.Module, GradHealth | None]:
+    """DDP with the health hook (and gradient compression, if asked) under torchrun; the model itself otherwise."""
+    if not ctx.distributed:
+        return model, None
+    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    health = GradHealth(dist.group.WORLD, compression)
+    ddp.register_comm_hook(health, _health_hook)
+    return ddp, health
+
+
+def no_sync(model: nn.Module, last_micro_step: bool):
+    """Skip the all-reduce on every micro-step but the last: gradients accumulate locally."""
+    if isinstance(model, DDP) and not last_micro_step:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def all_mean(ctx: Dist, values: list[float]) -> list[float]:
+    if not ctx.distributed:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t)
+    return (t / ctx.world).tolist()
+
+
+def all_sum(ctx: Dist, values: list[float]) -> list[float]:
+    if not ctx.distributed:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def gather_floats(ctx: Dist, value: float) -> list[float]:
+    if not ctx.distributed:
+        return [value]
+    out = [torch.zeros(1, dtype=torch.float64, device=ctx.device) for _ in range(ctx.world)]
+    dist.all_gather(out, torch.tensor([value], dtype=torch.float64, device=ctx.device))
+    return [float(t) for t in out]
+
+
+def gather_objects(ctx: Dist, obj):
+    if not ctx.distributed:
+        return [obj]
+    out = [None] * ctx.world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def flag_ranks(norms: list[float], k: float) -> list[int]:
+    """Ranks whose local gradient norm exceeds k × the median of the *other* ranks' norms.
+
+    The median of the others, not of all: with two ranks the median of all is their mean,
+    which a single outlier can never exceed k > 2 times.
+    """
+    flagged = []
+    for r, norm in enumerate(norms):
+        others = sorted(norms[:r] + norms[r + 1:])
+        if not others:
+            continue
+        mid = len(others) // 2
+        median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+        if norm > k * median:
+            flagged.append(r)
+    return flagged

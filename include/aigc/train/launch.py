@@ -1,0 +1,141 @@
+"""Starting training: torchrun as a child process group, its output streamed, stopped as a whole.
+
+``aigc train`` and the Airflow operator both call :func:`run_training`: it builds the torchrun
+command (one node, or several by c10d rendezvous), runs it in its own session so that a kill
+reaches every worker, streams the output line by line, turns the exit code into a clear error,
+and reads the run's summary back from the lake.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+
+from aigc.config import PipelineConfig
+from aigc.lake import Lake
+from aigc.lake.keys import join, parse_date, validate_run_id
+from aigc.lake.publish import new_run_id
+from aigc.train.artifacts import SUMMARY, training_run_prefix
+
+log = logging.getLogger(__name__)
+
+
+class TrainingFailed(RuntimeError):
+    """torchrun exited non-zero, or training ended without writing its summary."""
+
+
+def torchrun_command(cfg: PipelineConfig, *, lake_uri: str, date: str, run_id: str) -> list[str]:
+    t = cfg.train
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={t.nproc}", f"--nnodes={t.nnodes}",
+           "--max-restarts=0"]  # restarts belong to the orchestrator (task retries), which resume from checkpoints
+    if t.rdzv_endpoint:
+        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={t.rdzv_endpoint}", f"--rdzv-id={run_id}"]
+    else:
+        cmd += ["--standalone"]
+    return cmd + ["-m", "aigc", "train", "--worker", "--lake", lake_uri, "--date", date, "--run-id", run_id,
+                  "--config-json", json.dumps(cfg.to_dict())]
+
+
+def _thread_env(cfg: PipelineConfig) -> dict[str, str]:
+    """OMP threads per worker: the cores shared among the local processes (torchrun would say 1)."""
+    threads = cfg.train.threads or max(1, (os.cpu_count() or 1) // cfg.train.nproc)
+    return {"OMP_NUM_THREADS": str(threads)}
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (PR_SET_PDEATHSIG).
+
+    A task process killed with SIGKILL runs no cleanup; without this, torchrun and its workers
+    would train on as orphans beside the retry that resumes the same run.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(sig))  # 1 = PR_SET_PDEATHSIG
+
+
+def kill_process_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM the whole group (torchrun forwards it to the workers), SIGKILL what is left after grace."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_training(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id: str | None = None,
+                 env: dict[str, str] | None = None, on_line: Callable[[str], None] | None = None,
+                 on_start: Callable[[subprocess.Popen], None] | None = None) -> dict:
+    """Train under torchrun and return the run's summary; a run id that has checkpoints resumes."""
+    date = parse_date(date).isoformat()
+    run_id = validate_run_id(run_id or new_run_id())
+    cmd = torchrun_command(cfg, lake_uri=lake.uri, date=date, run_id=run_id)
+    log.info("training run %s: %s", run_id, " ".join(cmd[:8]) + " …")
+    on_line = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            env={**os.environ, **_thread_env(cfg), **(env or {}), "PYTHONUNBUFFERED": "1"},
+                            start_new_session=True, preexec_fn=die_with_parent)
+    if on_start:
+        on_start(proc)
+    tail: list[str] = []
+    errors: list[str] = []
+
+    def pump() -> None:  # a thread, so that the timeout holds even while the workers print nothing
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail.append(line)
+            del tail[:-30]
+            if line.startswith("error: "):
+                errors.append(line)
+            on_line(line)
+
+    reader = threading.Thread(target=pump, name="torchrun-output", daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(timeout=cfg.train.timeout_s)
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"training run {run_id} exceeded TrainConfig.timeout_s={cfg.train.timeout_s}; "
+                           "its workers were stopped, a retry resumes from the last checkpoint") from None
+    finally:
+        if proc.poll() is None:  # interrupted, timed out, or the caller was killed: leave no worker behind
+            kill_process_group(proc)
+        reader.join(timeout=5)
+    summary_key = join(training_run_prefix(cfg.model.name, date, run_id), SUMMARY)
+    if code != 0:
+        what = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        # A worker's own one-line `error:` says what went wrong; torchrun's report only says that it did.
+        causes = sorted({line for line in errors}) or tail[-12:]
+        raise TrainingFailed(f"torchrun for training run {run_id} failed ({what}):\n" + "\n".join(causes)
+                             + f"\na retry with run id {run_id} resumes from its last checkpoint")
+    if not lake.exists(summary_key):
+        raise TrainingFailed(f"training run {run_id} ended without {lake.url(summary_key)}")
+    return lake.get_json(summary_key)
+
+
+def worker_main(lake_uri: str, date: str, run_id: str, cfg: PipelineConfig) -> dict | None:
+    """What each torchrun worker runs."""
+    from aigc.lake import open_lake
+    from aigc.train import distributed as D
+    from aigc.train.loop import train_rank
+
+    die_with_parent(signal.SIGKILL)  # torchrun gone (even by SIGKILL) → so are its workers
+    if os.getppid() == 1:
+        raise SystemExit("torchrun exited before this worker started")
+    ctx = D.init_distributed(cfg.train.threads, timeout_s=min(cfg.train.timeout_s, 1800))
+    try:
+        return train_rank(open_lake(lake_uri), date, cfg, run_id, ctx)
+    finally:
+        D.shutdown(ctx)

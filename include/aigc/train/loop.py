@@ -1,0 +1,206 @@
+"""One rank's training: the same function on 1 CPU process, N GPUs or several hosts.
+
+Rank 0 writes (checkpoints, metrics, the model); every rank computes the same data plan and
+joins every collective, so ranks stay in lockstep. The position in the data is the optimizer
+step alone: a resumed run recomputes the epoch's plan and skips to that step.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import logging
+import math
+import time
+
+import numpy as np
+import torch
+
+from aigc.config import PipelineConfig
+from aigc.lake import Lake
+from aigc.lake.keys import parse_date
+from aigc.models import ConditionalVAE, Vocab
+from aigc.train import distributed as D
+from aigc.train.artifacts import metric_row, training_run_prefix, write_final, write_metrics
+from aigc.train.balance import balanced_plan, imbalance, step_imbalance
+from aigc.train.checkpoint import check_resumable, load_latest, save_checkpoint
+from aigc.train.data import Batches, ImageStore, load_window
+
+log = logging.getLogger(__name__)
+
+
+def lr_lambda(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """Linear warm-up to 1, then cosine down to ``min_ratio`` at the last step."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def resume_key(cfg: PipelineConfig, date: dt.date) -> dict:
+    """What must match to resume: what a step means. nproc/nodes may change (batches are global)."""
+    t = cfg.train
+    return {"date": date.isoformat(), "dataset": cfg.prepare.dataset, "model": cfg.model.__dict__,
+            **{k: getattr(t, k) for k in ("window_days", "steps", "batch_size", "grad_accum", "lr", "min_lr_ratio",
+                                           "warmup_steps", "weight_decay", "seed", "val_fraction", "val_max")}}
+
+
+def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str, ctx: D.Dist) -> dict | None:
+    """Train (or resume) run ``run_id``; rank 0 returns the summary, the others None."""
+    date, t, m = parse_date(date), cfg.train, cfg.model
+    started = time.perf_counter()
+    prefix = training_run_prefix(m.name, date, run_id)
+    precision = D.resolve_precision(t.precision, ctx.device)
+
+    index = load_window(lake, cfg.prepare.dataset, date, t.window_days)
+    train_idx, val_idx = index.split(t.val_fraction, t.val_max)
+    vocab = Vocab.build(index.captions)
+    tokens = vocab.encode(index.captions, m.max_tokens)  # (N, L)
+    micro = t.micro_batch(ctx.world)
+    per_step = micro * t.grad_accum  # samples per rank per optimizer step
+    steps_per_epoch = len(train_idx) // (per_step * ctx.world)
+    if steps_per_epoch == 0:
+        raise ValueError(f"the training window holds {len(train_idx)} training samples; "
+                         f"TrainConfig.batch_size={t.batch_size} needs at least that many "
+                         "(lower it or widen the window)")
+    if ctx.is_main:
+        log.info("window: %d partition(s), %d samples (%d train, %d validation), vocabulary %d; "
+                 "%d rank(s) × %d micro × %d accum; %d steps per epoch; precision %s",
+                 len(index.partitions), len(index), len(train_idx), len(val_idx), len(vocab), ctx.world, micro,
+                 t.grad_accum, steps_per_epoch, precision)
+
+    torch.manual_seed(t.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+    model = ConditionalVAE(len(vocab), m).to(ctx.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_lambda(s, t.warmup_steps, t.steps, t.min_lr_ratio))
+    scaler = torch.amp.GradScaler(ctx.device.type, enabled=precision == "fp16")
+
+    start_step, rows, resumed_from = 0, [], None
+    key = resume_key(cfg, date)
+    found = load_latest(lake, prefix)
+    if found:
+        pointer, state = found
+        check_resumable(state["resume_key"], key, lake.url(pointer["key"]))
+        if state["vocab"] != vocab.tokens:
+            raise ValueError(f"cannot resume from {lake.url(pointer['key'])}: the curated window changed since "
+                             "it was written (another vocabulary); start a new run")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
+        rng = state["rng"]
+        torch.set_rng_state(rng[ctx.rank % len(rng)])
+        start_step, rows, resumed_from = state["step"], list(state["metrics"]), state["step"]
+        if ctx.is_main:
+            log.info("resuming run %s from step %d (%s)", run_id, start_step, lake.url(pointer["key"]))
+    else:
+        torch.manual_seed(t.seed * 1000 + ctx.rank)  # per-rank noise for the VAE's sampling
+
+    ddp, health = D.wrap_model(model, ctx, t.grad_compression)
+    store = ImageStore(lake, index, m.resolution, t.cache_bytes)
+    costs = index.costs[train_idx]
+    val_mine = val_idx[ctx.rank::ctx.world]
+
+    def validate() -> float:
+        model.eval()
+        total = 0.0
+        with torch.no_grad(), D.autocast(precision, ctx.device):
+            for chunk in np.array_split(val_mine, max(1, math.ceil(len(val_mine) / 256))):
+                if len(chunk):
+                    out = model(store.images(chunk).to(ctx.device), tokens[torch.from_numpy(chunk)].to(ctx.device),
+                                sample=False)
+                    total += float(out.loss) * len(chunk)
+        model.train()
+        loss_sum, n = D.all_sum(ctx, [total, float(len(val_mine))])
+        return loss_sum / max(n, 1.0)
+
+    def checkpoint(step: int) -> None:
+        rng = D.gather_objects(ctx, torch.get_rng_state())
+        if ctx.is_main:
+            save_checkpoint(lake, prefix, step, {
+                "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(), "scaler": scaler.state_dict(), "rng": rng,
+                "resume_key": key, "vocab": vocab.tokens, "metrics": rows, "config": cfg.to_dict()})
+            write_metrics(lake, prefix, rows)
+
+    if not rows:  # step 0: the untrained model's validation loss, the yardstick of gate 2
+        rows.append(metric_row(0, epoch=0, val_loss=validate()))
+    initial_val = rows[0]["val_loss"]
+    if ctx.is_main and not resumed_from:
+        log.info("initial validation loss %.5f", initial_val)
+    flagged_steps = sum(1 for r in rows if r["flagged_ranks"])
+    epoch_plan, epoch, batches = None, -1, None
+    step = start_step
+    try:
+        while step < t.steps:
+            e, k = divmod(step, steps_per_epoch)
+            if e != epoch:  # a new epoch (or the resumed one): its plan, from step k on
+                epoch = e
+                plan = balanced_plan(costs, ctx.world, per_step, t.seed, epoch)  # (steps, world, per_step)
+                epoch_plan = (imbalance(costs, plan), step_imbalance(costs, plan))
+                if batches:
+                    batches.close()
+                mine = [train_idx[s] for s in plan[k:, ctx.rank].reshape(-1, micro)]
+                batches_iter = iter(batches := Batches(store, tokens, mine, t.prefetch_batches))
+                if ctx.is_main:
+                    log.info("epoch %d: imbalance %.4f (per step %.4f) of assigned cost over %d rank(s)",
+                             epoch, *epoch_plan, ctx.world)
+            t0 = time.perf_counter()
+            sums = [0.0, 0.0, 0.0]
+            for a in range(t.grad_accum):
+                images, ids = next(batches_iter)
+                images, ids = images.to(ctx.device, non_blocking=True), ids.to(ctx.device, non_blocking=True)
+                with D.no_sync(ddp, a == t.grad_accum - 1), D.autocast(precision, ctx.device):
+                    out = ddp(images, ids)
+                    scaler.scale(out.loss / t.grad_accum).backward()
+                parts = (out.loss, out.recon, out.kl)
+                sums = [s + float(v.detach()) / t.grad_accum for s, v in zip(sums, parts, strict=True)]
+            scaler.unscale_(opt)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_grad_norm or float("inf")))
+            scaler.step(opt)
+            scaler.update()
+            lr = sched.get_last_lr()[0]
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+
+            loss, recon, kl = D.all_mean(ctx, sums)
+            row = metric_row(step, epoch=epoch, loss=loss, recon=recon, kl=kl, lr=lr, grad_norm=grad_norm,
+                             samples_per_s=t.batch_size / (time.perf_counter() - t0),
+                             imbalance=epoch_plan[0], step_imbalance=epoch_plan[1])
+            if health is not None and step % t.health_every == 0:
+                norms = D.gather_floats(ctx, health.local_norm())
+                flagged = D.flag_ranks(norms, t.health_k)
+                row.update(rank_norm_min=min(norms), rank_norm_max=max(norms),
+                           flagged_ranks=",".join(map(str, flagged)))
+                if flagged:
+                    flagged_steps += 1
+                    if ctx.is_main:
+                        log.warning("step %d: rank(s) %s have local gradient norms %s, > %.1f× the others' median",
+                                    step, flagged, [round(n, 4) for n in norms], t.health_k)
+            if health is not None:
+                health.reset()
+            if step % t.eval_every == 0 or step == t.steps:
+                row["val_loss"] = validate()
+            rows.append(row)
+            if ctx.is_main and (step % max(1, t.steps // 20) == 0 or step == t.steps):
+                log.info("step %d/%d  loss %.5f  val %.5f  lr %.2e  |g| %.3f  %.0f samples/s",
+                         step, t.steps, loss, row["val_loss"], lr, grad_norm, row["samples_per_s"])
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"training loss became {loss} at step {step}; last checkpoint kept")
+            if step % t.checkpoint_every == 0 or step == t.steps:
+                checkpoint(step)
+    finally:
+        if batches:
+            batches.close()
+        if ctx.device.type == "cuda":
+            torch.cuda.empty_cache()
+        gc.collect()
+
+    if not ctx.is_main:
+        return None
+    return write_final(lake, prefix, model=model, vocab=vocab, cfg=cfg, rows=rows, index=index, run_id=run_id,
+                       date=date, world=ctx.world, precision=precision, resumed_from=resumed_from,
+                       initial_val=initial_val, flagged_steps=flagged_steps, decoded_shards=store.decoded_shards,
+                       seconds=time.perf_counter() - started)

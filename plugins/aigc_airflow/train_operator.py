@@ -1,0 +1,68 @@
+"""DistributedTrainOperator: torchrun from a task, its output in the task log, stopped as a whole."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from aigc_airflow.runtime import lake_env, open_task_lake, partition_date, pipeline_config
+
+
+def training_run_id(context, cfg) -> str:
+    """The same id for every try of the task in one DAG run, so a retry resumes from its checkpoints.
+
+    A cleared run, another configuration or other code gets a new id (and trains afresh)
+    rather than resuming work that meant something else.
+    """
+    from aigc.lake.publish import new_run_id
+    from aigc.train.artifacts import code_version
+
+    dag_run = context["dag_run"]
+    started = dag_run.start_date or dag_run.run_after
+    identity = json.dumps([dag_run.run_id, getattr(dag_run, "clear_number", 0), cfg.to_dict(), code_version()],
+                          sort_keys=True, default=str)
+    return new_run_id(started, token=hashlib.sha256(identity.encode()).hexdigest()[:6])
+
+
+class DistributedTrainOperator(BaseOperator):
+    """Train the generator under torchrun with the run's configuration (``train`` section of the params).
+
+    Processes per node, node count and rendezvous come from the configuration, so the same task
+    runs one CPU process on a laptop, every GPU of a worker (``queue="gpu"``), or several hosts.
+    A non-zero exit fails the task with the worker's own error line; ``on_kill`` (a timeout, a
+    user marking the task failed) stops torchrun and every worker with it. Returns the summary
+    of the run (a small dict: URIs and numbers) for gate 2.
+    """
+
+    template_fields: Sequence[str] = ("curated",)
+    ui_color = "#fde9d9"
+
+    def __init__(self, *, curated: Any = None, **kwargs):
+        super().__init__(**kwargs)
+        self.curated = curated  # the upstream publication: ordering, and shown in the rendered template
+        self._proc: subprocess.Popen | None = None
+
+    def execute(self, context) -> dict:
+        from aigc.train.launch import run_training
+
+        cfg = pipeline_config(context["params"])
+        run_id = training_run_id(context, cfg)
+        self.log.info("training run %s: %s process(es) per node × %s node(s)", run_id, cfg.train.nproc,
+                      cfg.train.nnodes)
+        return run_training(open_task_lake(), partition_date(context), cfg, run_id=run_id, env=lake_env(),
+                            on_line=self.log.info, on_start=self._started)
+
+    def _started(self, proc: subprocess.Popen) -> None:
+        self._proc = proc
+
+    def on_kill(self) -> None:
+        from aigc.train.launch import kill_process_group
+
+        if self._proc is not None and self._proc.poll() is None:
+            self.log.warning("stopping torchrun (process group %d) and its workers", self._proc.pid)
+            kill_process_group(self._proc)

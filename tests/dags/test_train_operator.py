@@ -1,0 +1,43 @@
+"""DistributedTrainOperator: one run id per DAG run across tries, and on_kill stops the whole process group."""
+
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pendulum
+import psutil
+
+from aigc.config import preset
+from aigc_airflow.train_operator import DistributedTrainOperator, training_run_id
+
+
+def context(run_id="scheduled__2026-11-28T00:00:00+00:00", clear_number=0):
+    dag_run = SimpleNamespace(run_id=run_id, clear_number=clear_number, run_after=None,
+                              start_date=pendulum.datetime(2026, 11, 29, 0, 5, tz="UTC"))
+    return {"dag_run": dag_run}
+
+
+def test_every_try_of_a_dag_run_gets_the_same_training_run():
+    cfg = preset("demo")
+    first = training_run_id(context(), cfg)
+    assert first == training_run_id(context(), cfg)  # a retry resumes
+    assert first.startswith("20261129T000500")
+    assert first != training_run_id(context(clear_number=1), cfg)  # a cleared run starts afresh
+    assert first != training_run_id(context(run_id="manual__2026-11-28"), cfg)
+    assert first != training_run_id(context(), cfg.override({"train": {"steps": 7}}))  # other work, other run
+
+
+def test_on_kill_stops_the_launched_group_and_its_children():
+    op = DistributedTrainOperator(task_id="train")
+    script = ("import subprocess, sys, time; "
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    time.sleep(1.0)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children
+    op._started(proc)
+    op.on_kill()
+    assert proc.poll() is not None
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive

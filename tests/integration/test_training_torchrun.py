@@ -1,0 +1,161 @@
+"""`aigc train` as users run it: torchrun with 1 and 2 CPU processes (gloo), killed and resumed.
+
+Each test starts real torchrun process groups; the model is tiny so a run takes seconds.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from aigc.lake import S3Lake
+from aigc.lake.keys import join
+from aigc.train.artifacts import METRICS, training_run_prefix
+from aigc.train.checkpoint import DIR, LATEST
+from tests.training_fixtures import DATE, publish_day
+
+AIGC = str(Path(sys.executable).with_name("aigc"))
+TINY = ["--channels", "8", "--latent-dim", "8", "--text-dim", "16", "--batch-size", "32", "--warmup-steps", "5",
+        "--lr", "0.003", "--val-max", "64", "--health-every", "5"]
+
+
+def aigc_train(lake_uri, *args, env=None, timeout=300):
+    out = subprocess.run([AIGC, "train", "--lake", lake_uri, "--date", DATE, *TINY, *args], capture_output=True,
+                         text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    summary = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}
+    return out, summary
+
+
+def new_run_id():
+    return f"20261120T000000000000Z-{uuid.uuid4().hex[:6]}"
+
+
+def metric_steps(lake, run_id):
+    prefix = training_run_prefix("shapes-cvae", DATE, run_id)
+    return lake.read_parquet([join(prefix, METRICS)]).to_pandas()["step"].tolist()
+
+
+def test_one_and_two_processes_reach_comparable_validation_loss(curated_lake):
+    results = {}
+    for nproc in (1, 2):
+        out, summary = aigc_train(curated_lake.uri, "--nproc", str(nproc), "--steps", "60", "--eval-every", "30",
+                                  "--no-gate")
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert summary["world_size"] == nproc and summary["steps"] == 60
+        results[nproc] = summary
+    one, two = results[1]["final_val_loss"], results[2]["final_val_loss"]
+    print(f"\nfinal validation loss: 1 process {one:.5f}, 2 processes {two:.5f} "
+          f"(initial {results[1]['initial_val_loss']:.5f})")
+    assert one < 0.5 * results[1]["initial_val_loss"] and two < 0.5 * results[2]["initial_val_loss"]
+    assert abs(one - two) / min(one, two) < 0.2
+    assert results[2]["imbalance"] <= 0.05 and results[2]["flagged_steps"] == 0
+
+
+def _wait_for_checkpoint(lake, run_id, proc, at_least=20, timeout=120):
+    key = join(training_run_prefix("shapes-cvae", DATE, run_id), DIR, LATEST)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "training ended before it could be killed"
+        if lake.exists(key) and lake.get_json(key)["step"] >= at_least:
+            return lake.get_json(key)["step"]
+        time.sleep(0.2)
+    raise AssertionError(f"no checkpoint at step ≥ {at_least} within {timeout}s")
+
+
+def _descendants(proc):
+    return psutil.Process(proc.pid).children(recursive=True)
+
+
+def test_sigkill_of_the_launcher_leaves_no_worker_and_the_retry_resumes(curated_lake):
+    steps = ["--nproc", "2", "--steps", "80", "--checkpoint-every", "20", "--eval-every", "40", "--no-gate"]
+    out, uninterrupted = aigc_train(curated_lake.uri, *steps)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    run_id = new_run_id()
+    proc = subprocess.Popen([AIGC, "train", "--lake", curated_lake.uri, "--date", DATE, *TINY, *steps,
+                             "--run-id", run_id], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    _wait_for_checkpoint(curated_lake, run_id, proc)
+    children = _descendants(proc)
+    assert len(children) >= 3  # torchrun and its two workers
+    os.kill(proc.pid, signal.SIGKILL)  # what an OOM kill or a lost Airflow worker does to the task
+    proc.wait(timeout=10)
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"left behind: {[p.cmdline()[:6] for p in alive]}"
+
+    out, resumed = aigc_train(curated_lake.uri, *steps, "--run-id", run_id)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert resumed["resumed_from_step"] >= 20 and "resuming run" in out.stderr
+    assert resumed["steps"] == uninterrupted["steps"] == 80
+    assert metric_steps(curated_lake, run_id) == metric_steps(curated_lake, uninterrupted["run_id"]) == list(range(81))
+
+
+def test_a_killed_worker_fails_the_run_with_a_clear_message_then_the_retry_resumes(curated_lake):
+    steps = ["--nproc", "2", "--steps", "60", "--checkpoint-every", "20", "--eval-every", "60", "--no-gate"]
+    run_id = new_run_id()
+    proc = subprocess.Popen([AIGC, "train", "--lake", curated_lake.uri, "--date", DATE, *TINY, *steps,
+                             "--run-id", run_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    _wait_for_checkpoint(curated_lake, run_id, proc)
+    (torchrun,) = psutil.Process(proc.pid).children()
+    workers = torchrun.children()
+    assert len(workers) == 2 and all("--worker" in w.cmdline() for w in workers)
+    workers[-1].send_signal(signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert f"a retry with run id {run_id} resumes" in summary["error"] and "signal" in summary["error"].lower()
+
+    out, resumed = aigc_train(curated_lake.uri, *steps, "--run-id", run_id)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert resumed["resumed_from_step"] >= 20 and resumed["steps"] == 60
+    assert metric_steps(curated_lake, run_id) == list(range(61))
+
+
+@pytest.mark.parametrize("compression", ["fp16", "bf16"])
+def test_gradient_compression_hooks_train_over_gloo(curated_lake, compression):
+    out, summary = aigc_train(curated_lake.uri, "--nproc", "2", "--steps", "20", "--eval-every", "20",
+                              "--grad-compression", compression, "--no-gate")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert summary["final_val_loss"] < summary["initial_val_loss"]
+
+
+def test_gate_2_passes_and_publishes_or_fails_and_publishes_nothing(curated_lake):
+    from aigc.lake.keys import partition
+    from aigc.lake.publish import NotPublished, resolve
+
+    out, summary = aigc_train(curated_lake.uri, "--nproc", "1", "--steps", "40", "--eval-every", "20",
+                              "--max-final-val-loss", "0.000001")
+    assert out.returncode == 1
+    assert "final_val_loss" in summary["error"] and "quality gate 'training' failed" in summary["error"]
+    with pytest.raises(NotPublished):
+        resolve(curated_lake, partition("training", "shapes-cvae", DATE))
+
+    out, summary = aigc_train(curated_lake.uri, "--nproc", "1", "--steps", "40", "--eval-every", "20",
+                              "--max-final-val-loss", "0.5")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert summary["published"] and resolve(curated_lake, partition("training", "shapes-cvae", DATE))["run_id"] == \
+        summary["run_id"]
+
+
+def test_an_empty_window_fails_with_the_workers_reason(tmp_path):
+    out, summary = aigc_train(str(tmp_path / "empty"), "--nproc", "2", "--steps", "5")
+    assert out.returncode == 1
+    assert "EmptyWindow: no published curated partition of 'shapes'" in summary["error"]
+
+
+def test_training_reads_and_writes_an_s3_lake(s3_server):
+    lake = S3Lake(f"s3://{s3_server.bucket}/train-{uuid.uuid4().hex[:8]}", s3_server.options())
+    publish_day(lake, DATE, n=300)
+    out, summary = aigc_train(lake.uri, "--nproc", "2", "--steps", "10", "--eval-every", "10", "--no-gate",
+                              env=s3_server.env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert summary["run_uri"].startswith("s3://") and lake.exists(
+        join(training_run_prefix("shapes-cvae", DATE, summary["run_id"]), "model.safetensors"))

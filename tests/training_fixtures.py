@@ -1,0 +1,45 @@
+"""Training fixtures (a pytest plugin, see tests/conftest.py): a published curated partition made by the
+real stage 1 (small: seconds), and a tiny configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from aigc.config import ModelConfig, PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig
+from aigc.lake import LocalLake
+from aigc.prepare import make_raw_drop, prepare, publish_prepared
+
+DATE = "2026-11-20"
+
+
+def publish_day(lake, date: str, n: int = 500, seed: int = 0) -> dict:
+    make_raw_drop(lake.sub("raw/shapes"), date, RawDropConfig(n=n, seed=seed, dirt_rate=0.05))
+    summary = prepare(lake.sub("raw/shapes"), lake, date, PrepareConfig(workers=1))
+    publish_prepared(lake, "shapes", date, summary["run_id"])
+    return summary
+
+
+@pytest.fixture(scope="session")
+def curated_template(tmp_path_factory):
+    """One prepared lake for the session; tests copy it rather than prepare again."""
+    root = tmp_path_factory.mktemp("curated-template")
+    publish_day(LocalLake(root), DATE)
+    return root
+
+
+@pytest.fixture
+def curated_lake(curated_template, tmp_path):
+    import shutil
+
+    shutil.copytree(curated_template, tmp_path / "lake")
+    return LocalLake(tmp_path / "lake")
+
+
+def tiny_config(**train) -> PipelineConfig:
+    """A model and a schedule small enough for a unit test (a few seconds on one core)."""
+    settings = dict(steps=12, batch_size=16, warmup_steps=2, eval_every=6, checkpoint_every=6, health_every=2,
+                    val_max=64, nproc=1, threads=1)
+    t = dataclasses.replace(TrainConfig(), **{**settings, **train})
+    return PipelineConfig(model=ModelConfig(channels=8, latent_dim=8, text_dim=16), train=t)
