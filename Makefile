@@ -25,7 +25,7 @@ help:
 	@echo "make test     - set up, then the whole test suite (unit, DAG, S3 server, end to end)"
 	@echo "make airflow  - the Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) (login printed)"
 	@echo "make demo-s3  - the demo against a local S3 server instead of a folder"
-	@echo "make bench    - benchmarks (prepare throughput against its decode+hash bound, memory)"
+	@echo "make bench    - benchmarks (prepare vs its decode+hash bound, memory; training throughput, balance)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,7 @@ airflow: install
 
 bench: install
 	$(BIN)/python bench/prepare_bench.py
+	$(BIN)/python bench/train_bench.py
 
 lint: install
 	$(BIN)/ruff check include dags plugins tests bench

@@ -3,7 +3,9 @@
     raw drop ─┬─ make_demo_drop ─┐
               └─ wait_for_drop ──┴─ prepare ── gate_curated ── publish_curated ─┐
     ┌───────────────────────────────────────────────────────────────────────────┘
-    └─ train (torchrun) ── gate_training ── publish_model ──▶ (stage 3)
+    └─ train (torchrun) ── gate_training ── publish_model ─┐
+    ┌──────────────────────────────────────────────────────┘
+    └─ register_model (alias candidate) ── build_variants ── gate_deploy ──▶ (stage 4)
 
 This file only wires tasks: every task body imports the ``aigc`` core when it runs, so the
 scheduler parses this file in milliseconds and with no I/O.
@@ -23,6 +25,7 @@ from aigc_airflow.train_operator import DistributedTrainOperator
 # (Airflow would mark the old one inactive and fail the producing task).
 CURATED = Asset(name="aigc_curated_shapes")
 MODEL_CANDIDATE = Asset(name="aigc_model_candidate")
+MODEL_DEPLOYABLE = Asset(name="aigc_model_deployable")
 
 PARAMS = {
     "preset": Param("default", enum=["default", "demo"], title="Preset",
@@ -77,7 +80,7 @@ def _raw_lake(lake, cfg, params):
     catchup=False,
     max_active_runs=2,
     params=PARAMS,
-    tags=["aigc", "stage-1-prepare", "stage-2-train"],
+    tags=["aigc", "stage-1-prepare", "stage-2-train", "stage-3-deploy"],
     default_args={
         "owner": "aigc-platform",
         "retries": 2,
@@ -138,7 +141,29 @@ def aigc_pipeline():
     # A GPU worker serves queue "gpu" in the distributed set-up; with one local worker every queue is served.
     trained = DistributedTrainOperator(task_id="train", curated=curated, execution_timeout=timedelta(hours=8))
     gate_training = QualityGateOperator(task_id="gate_training", gate="training", prepared=trained.output)
-    gate_training >> publish_model(trained.output)
+    published_model = publish_model(trained.output)
+    gate_training >> published_model
+
+    @task
+    def register_model(_published: dict) -> dict:
+        from aigc.registry.deploy import register_trained
+
+        _context, cfg, lake, date = _run_config()
+        return register_trained(lake, cfg.model.name, date)
+
+    @task
+    def build_variants(registered: dict) -> dict:
+        from aigc.registry.deploy import build_variants as build
+
+        _context, cfg, lake, _date = _run_config()
+        built = build(lake, cfg.model.name, registered["version"], cfg.deploy)
+        keep = ("size_bytes", "latency_ms_b1", "pixel_mae_vs_fp32")  # XCom: numbers, not weights
+        return {**built, "variants": {k: {m: v[m] for m in keep} for k, v in built["variants"].items()}}
+
+    registered = register_model(published_model)
+    gate_deploy = QualityGateOperator(task_id="gate_deploy", gate="deploy", prepared=registered,
+                                      outlets=[MODEL_DEPLOYABLE])
+    build_variants(registered) >> gate_deploy
 
 
 aigc_pipeline()

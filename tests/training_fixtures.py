@@ -43,3 +43,32 @@ def tiny_config(**train) -> PipelineConfig:
                     val_max=64, nproc=1, threads=1)
     t = dataclasses.replace(TrainConfig(), **{**settings, **train})
     return PipelineConfig(model=ModelConfig(channels=8, latent_dim=8, text_dim=16), train=t)
+
+
+@pytest.fixture(scope="session")
+def trained_template(curated_template, tmp_path_factory):
+    """A lake with a published (gated) training run of a tiny model, made once per session."""
+    import shutil
+
+    import torch
+
+    from aigc.quality.training import publish_trained
+    from aigc.train import distributed as D
+    from aigc.train.loop import train_rank
+
+    root = tmp_path_factory.mktemp("trained-template") / "lake"
+    shutil.copytree(curated_template, root)
+    lake = LocalLake(root)
+    solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
+    cfg = tiny_config(steps=30, eval_every=30, checkpoint_every=30)
+    summary = train_rank(lake, DATE, cfg, "20261120T000000000000Z-model1", solo)
+    publish_trained(lake, "shapes-cvae", DATE, summary["run_id"])
+    return root
+
+
+@pytest.fixture
+def trained_lake(trained_template, tmp_path):
+    import shutil
+
+    shutil.copytree(trained_template, tmp_path / "trained")
+    return LocalLake(tmp_path / "trained")

@@ -97,6 +97,51 @@ def cmd_train(args: argparse.Namespace) -> dict | None:
             "published_uri": published["run_uri"]}
 
 
+def cmd_deploy(args: argparse.Namespace) -> dict:
+    """Register the date's published model (or take --version), build its variants, run gate 3."""
+    from aigc.quality.deploy import smoke_test
+    from aigc.registry.deploy import build_variants, register_trained
+
+    cfg = _config(args)
+    lake = open_lake(args.lake)
+    registered = None
+    if args.version is None:
+        registered = register_trained(lake, cfg.model.name, args.date)
+    version = args.version or registered["version"]
+    built = build_variants(lake, cfg.model.name, version, cfg.deploy)
+    gate = smoke_test(lake, cfg.model.name, version, cfg.deploy_gate, args.date)
+    return {"command": "deploy", "model": cfg.model.name, "version": version,
+            "registered": registered, "variants": built["variants"], "gate": gate["result_uri"],
+            "eligible_variants": gate["eligible_variants"], "not_eligible": gate["not_eligible"]}
+
+
+def cmd_registry(args: argparse.Namespace) -> dict:
+    """List versions and aliases; promote a version to production; roll production back."""
+    from aigc.registry import Registry
+
+    cfg = _config(args)
+    registry = Registry(open_lake(args.lake), cfg.model.name)
+    if args.action == "promote":
+        if not args.version:
+            raise ValueError("aigc registry promote needs --version vNNNN (or an alias such as candidate)")
+        doc = registry.move("production", registry.resolve(args.version), reason=args.reason or "promoted by hand")
+    elif args.action == "rollback":
+        doc = registry.rollback(reason=args.reason or "rolled back by hand")
+    else:
+        doc = registry.aliases()
+    versions = [{k: v.get(k) for k in ("version", "date", "registered_at", "weights_sha256", "training")}
+                | {"variants": {n: {m: e.get(m) for m in ("size_bytes", "latency_ms_b1", "pixel_mae_vs_fp32")}
+                                for n, e in v.get("variants", {}).items()},
+                   "eligible_variants": (v.get("smoke_test") or {}).get("eligible_variants")}
+                for v in registry.versions()]
+    for v in versions:
+        marks = [a for a, t in doc["aliases"].items() if t == v["version"]]
+        log.info("%s %s %s variants=%s", v["version"], v["date"], f"[{', '.join(marks)}]" if marks else "",
+                 ",".join(v["variants"]) or "-")
+    return {"command": f"registry {args.action}", "model": cfg.model.name, "aliases": doc["aliases"],
+            "history": doc["history"][-10:], "versions": versions}
+
+
 def cmd_status(args: argparse.Namespace) -> dict:
     """What is published for a date, and what the gate said about it."""
     from aigc.lake.keys import partition
@@ -124,7 +169,26 @@ def cmd_status(args: argparse.Namespace) -> dict:
             "quarantine_uri": lake.url(manifest["quarantine"]["prefix"]),
             "gate_passed": gate["success"] if gate else None,
             "data_docs_uri": gate["data_docs_uri"] if gate else None,
-            "model": _model_status(lake, cfg.model.name, args.date)}
+            "model": _model_status(lake, cfg.model.name, args.date),
+            "registry": _registry_status(lake, cfg.model.name)}
+
+
+def _registry_status(lake, model: str) -> dict:
+    from aigc.registry import Registry, VersionNotFound
+
+    registry = Registry(lake, model)
+    aliases = registry.aliases()["aliases"]
+    out: dict = {"aliases": aliases}
+    try:
+        record = registry.get("candidate")
+    except VersionNotFound:
+        return out
+    out["candidate_variants"] = {k: {m: v[m] for m in ("size_bytes", "latency_ms_b1", "pixel_mae_vs_fp32")}
+                                 for k, v in record.get("variants", {}).items()}
+    out["eligible_variants"] = (record.get("smoke_test") or {}).get("eligible_variants")
+    log.info("registry %s: aliases %s; candidate %s variants %s, eligible after gate 3: %s", model, aliases,
+             record["version"], sorted(out["candidate_variants"]), out["eligible_variants"])
+    return out
 
 
 def _model_status(lake, model: str, date: str) -> dict | None:
@@ -158,6 +222,8 @@ def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls, only: t
 def build_parser() -> argparse.ArgumentParser:
     from aigc.config import (
         CuratedGateThresholds,
+        DeployConfig,
+        DeployGateThresholds,
         ModelConfig,
         PrepareConfig,
         RawDropConfig,
@@ -205,6 +271,21 @@ def build_parser() -> argparse.ArgumentParser:
     for section, cls in (("model", ModelConfig), ("train", TrainConfig), ("train_gate", TrainingGateThresholds)):
         _add_config_flags(p, section, cls)
     _add_config_flags(p, "prepare", PrepareConfig, only=("dataset",))
+
+    p = command("deploy", cmd_deploy, "register the date's trained model, build its variants, run gate 3")
+    p.add_argument("--version", default=None, help="a registered version (vNNNN) or alias instead of the date's model")
+    for section, cls in (("deploy", DeployConfig), ("deploy_gate", DeployGateThresholds)):
+        _add_config_flags(p, section, cls)
+    _add_config_flags(p, "model", ModelConfig, only=("name",))
+
+    p = sub.add_parser("registry", help="list, promote or roll back model versions",
+                       description="list, promote or roll back model versions")
+    p.set_defaults(fn=cmd_registry, preset="default", date=None)
+    p.add_argument("action", choices=["list", "promote", "rollback"])
+    p.add_argument("--lake", default=None, help="lake URI (default $AIGC_LAKE_URI, else ./.lake)")
+    p.add_argument("--version", default=None, help="promote: the version (or alias) to make production")
+    p.add_argument("--reason", default=None, help="recorded in the alias history")
+    _add_config_flags(p, "model", ModelConfig, only=("name",))
 
     p = command("status", cmd_status, "what is published for a date, with its gate results")
     _add_config_flags(p, "prepare", PrepareConfig)

@@ -260,6 +260,57 @@ class TrainingGateThresholds:
         _check_range(self, "max_flagged_steps", 0, 1 << 40)
 
 
+VARIANTS = ("fp32", "bf16", "int8", "pruned")
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """Stage 3: which optimised variants to build and how to measure them."""
+
+    variants: str = "fp32,bf16,int8,pruned"
+    """Comma-separated: fp32 (the baseline, always built), bf16, int8, pruned."""
+    sparsity: float = 0.5
+    """Pruned variant: fraction of conv/linear weights set to zero (smallest magnitude first)."""
+    smoke_prompts: int = 32
+    """Fixed prompts (from the reference grammar, seeded) every variant generates for comparison."""
+    seed: int = 1234
+    latency_batch: int = 64
+    """The larger batch at which latency per sample is measured (batch 1 is always measured)."""
+    latency_repeats: int = 7
+    """Timed repeats per latency figure; the median is recorded."""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.variant_list) - set(VARIANTS)
+        if unknown or not self.variant_list:
+            raise ValueError(f"DeployConfig.variants must list some of {VARIANTS}, got {self.variants!r}")
+        _check_range(self, "sparsity", 0.0, 0.99)
+        _check_range(self, "smoke_prompts", 1, 100_000)
+        _check_range(self, "latency_batch", 1, 1 << 16)
+        _check_range(self, "latency_repeats", 1, 1000)
+
+    @property
+    def variant_list(self) -> list[str]:
+        names = [v.strip() for v in self.variants.split(",") if v.strip()]
+        return ["fp32", *[v for v in names if v != "fp32"]]  # the baseline first, always
+
+
+@dataclass(frozen=True)
+class DeployGateThresholds:
+    """Gate 3 (deploy → generate): the smoke test every variant takes; fp32 must pass it."""
+
+    max_latency_ms: float = 100.0
+    """Per sample, at batch 1 (≈4 ms for the demo model on one idle core; the margin absorbs a busy host)."""
+    max_pixel_mae: float = 6.0
+    """Mean absolute difference from the fp32 images on the fixed prompts, in 0–255 levels."""
+    min_image_std: float = 2.0
+    """Images must not be flat: the mean per-image standard deviation of pixel values (0–255)."""
+
+    def __post_init__(self) -> None:
+        _check_range(self, "max_latency_ms", 0.0, 1e7)
+        _check_range(self, "max_pixel_mae", 0.0, 255.0)
+        _check_range(self, "min_image_std", 0.0, 255.0)
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """Every stage's settings; the DAG's trigger form and the CLI override single fields."""
@@ -270,6 +321,8 @@ class PipelineConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     train_gate: TrainingGateThresholds = field(default_factory=TrainingGateThresholds)
+    deploy: DeployConfig = field(default_factory=DeployConfig)
+    deploy_gate: DeployGateThresholds = field(default_factory=DeployGateThresholds)
 
     def override(self, changes: dict[str, dict[str, Any]]) -> PipelineConfig:
         """``{"raw": {"n": 500}}`` → a new config; unknown sections or fields are an error."""

@@ -24,7 +24,13 @@ def _training_gate(lake, cfg, trained: dict) -> dict:
     return validate_training(lake, cfg.model.name, trained["date"], trained["run_id"], cfg.train_gate)
 
 
-GATES = {"curated": _curated_gate, "training": _training_gate}
+def _deploy_gate(lake, cfg, registered: dict) -> dict:
+    from aigc.quality.deploy import smoke_test
+
+    return smoke_test(lake, cfg.model.name, registered["version"], cfg.deploy_gate, registered["date"])
+
+
+GATES = {"curated": _curated_gate, "training": _training_gate, "deploy": _deploy_gate}
 
 
 class QualityGateOperator(BaseOperator):

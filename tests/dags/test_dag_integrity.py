@@ -57,6 +57,15 @@ def test_stage_two_trains_after_publication_then_gates_then_hands_off(dagbag):
     assert [a.name for a in dag.get_task("publish_model").outlets] == ["aigc_model_candidate"]
 
 
+def test_stage_three_registers_builds_variants_then_smoke_tests(dagbag):
+    dag = dagbag.dags["aigc_pipeline"]
+    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
+    assert down["publish_model"] == {"register_model"}
+    assert down["register_model"] == {"build_variants", "gate_deploy"}
+    assert down["build_variants"] == {"gate_deploy"}
+    assert [a.name for a in dag.get_task("gate_deploy").outlets] == ["aigc_model_deployable"]
+
+
 def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
     from airflow.sdk.exceptions import ParamValidationError
 

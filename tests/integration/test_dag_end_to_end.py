@@ -70,6 +70,13 @@ def assert_model_published(lake, date):
     assert lake.exists(f"{pointer['run_prefix']}/model.safetensors")
     gate = lake.get_json(f"quality/training/dt={date}/run={pointer['run_id']}/result.json")
     assert gate["success"]
+    # Stage 3: registered as the candidate, four variants measured, smoke-tested.
+    from aigc.registry import Registry
+
+    record = Registry(lake, "shapes-cvae").get("candidate")
+    assert record["training_run"].endswith(pointer["run_prefix"])
+    assert set(record["variants"]) == {"fp32", "bf16", "int8", "pruned"}
+    assert record["smoke_test"]["passed"] and "fp32" in record["smoke_test"]["eligible_variants"]
 
 
 def test_dag_on_a_local_lake(airflow_env, tmp_path):
