@@ -260,20 +260,23 @@ class TrainingGateThresholds:
         _check_range(self, "max_flagged_steps", 0, 1 << 40)
 
 
-VARIANTS = ("fp32", "bf16", "int8", "pruned")
+VARIANTS = ("fp32", "bf16", "pruned", "onnx", "int8")
 
 
 @dataclass(frozen=True)
 class DeployConfig:
     """Stage 3: which optimised variants to build and how to measure them."""
 
-    variants: str = "fp32,bf16,int8,pruned"
-    """Comma-separated: fp32 (the baseline, always built), bf16, int8, pruned."""
+    variants: str = "fp32,bf16,pruned,onnx,int8"
+    """Comma-separated: fp32 (the baseline, always built), bf16, pruned, onnx (ONNX Runtime fp32),
+    int8 (ONNX Runtime, static post-training quantization)."""
     sparsity: float = 0.5
     """Pruned variant: fraction of conv/linear weights set to zero (smallest magnitude first)."""
     smoke_prompts: int = 32
     """Fixed prompts (from the reference grammar, seeded) every variant generates for comparison."""
     seed: int = 1234
+    calibration_samples: int = 256
+    """Curated captions fed through the graph to calibrate INT8 activation ranges."""
     latency_batch: int = 64
     """The larger batch at which latency per sample is measured (batch 1 is always measured)."""
     latency_repeats: int = 7
@@ -285,6 +288,7 @@ class DeployConfig:
             raise ValueError(f"DeployConfig.variants must list some of {VARIANTS}, got {self.variants!r}")
         _check_range(self, "sparsity", 0.0, 0.99)
         _check_range(self, "smoke_prompts", 1, 100_000)
+        _check_range(self, "calibration_samples", 1, 1_000_000)
         _check_range(self, "latency_batch", 1, 1 << 16)
         _check_range(self, "latency_repeats", 1, 1000)
 

@@ -75,7 +75,7 @@ def assert_model_published(lake, date):
 
     record = Registry(lake, "shapes-cvae").get("candidate")
     assert record["training_run"].endswith(pointer["run_prefix"])
-    assert set(record["variants"]) == {"fp32", "bf16", "int8", "pruned"}
+    assert set(record["variants"]) == {"fp32", "bf16", "pruned", "onnx", "int8"}
     assert record["smoke_test"]["passed"] and "fp32" in record["smoke_test"]["eligible_variants"]
 
 

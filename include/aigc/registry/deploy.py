@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import random
 import statistics
 import time
@@ -22,8 +23,10 @@ from aigc.config import DeployConfig
 from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date, partition
 from aigc.lake.publish import resolve
+from aigc.models import Vocab
 from aigc.registry import variants
-from aigc.registry.loader import CARD, Generator, build_model, variant_key
+from aigc.registry.loader import CARD, Generator, build_model, runner_for, variant_key
+from aigc.registry.onnx_export import export_onnx, quantize_int8
 from aigc.registry.safeload import check_weights
 from aigc.registry.store import Registry, sha256
 from aigc.shapes import random_scene
@@ -77,16 +80,18 @@ def smoke_prompts(n: int, seed: int) -> tuple[list[str], list[int]]:
     return [random_scene(rng).caption for _ in range(n)], [seed + i for i in range(n)]
 
 
-def _latency_ms(gen: Generator, prompts: list[str], seeds: list[int], batch: int, repeats: int) -> float:
-    """Median milliseconds per sample at ``batch`` (after one warm-up call)."""
-    p, s = (prompts * (batch // len(prompts) + 1))[:batch], (seeds * (batch // len(seeds) + 1))[:batch]
-    gen.generate(p, s)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        gen.generate(p, s)
-        times.append((time.perf_counter() - t0) * 1000 / batch)
-    return statistics.median(times)
+def _calibration_captions(lake: Lake, card: dict, record: dict, cfg: DeployConfig) -> list[str]:
+    """Captions of the curated partition the version was trained on (the newest of its window)."""
+    from aigc.train.data import load_window
+
+    dataset = card["lineage"].get("dataset", "shapes")
+    try:
+        captions = load_window(lake, dataset, record["date"], 1).captions
+    except LookupError:
+        log.warning("no curated partition of %s for %s: calibrating on the reference grammar", dataset,
+                    record["date"])
+        captions = smoke_prompts(cfg.calibration_samples, cfg.seed + 1)[0]
+    return captions[: cfg.calibration_samples]
 
 
 def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig) -> dict:
@@ -97,44 +102,80 @@ def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig) -> dict:
     card = lake.get_json(join(prefix, CARD))
     fp32_bytes = lake.get_bytes(join(prefix, "model.safetensors"))
     check_weights(fp32_bytes, record["weights_sha256"], lake.url(join(prefix, "model.safetensors")))
-    state = load_safetensors(fp32_bytes)
     prompts, seeds = smoke_prompts(cfg.smoke_prompts, cfg.seed)
+    device = torch.device("cpu")
+    generators: dict[str, Generator] = {}
+    built: dict[str, dict] = {}
     baseline = None
-    built = {}
-    for kind in cfg.variant_list:
-        data = fp32_bytes if kind == "fp32" else save_safetensors(variants.encode(kind, state, sparsity=cfg.sparsity))
+    for kind, data in _variant_bytes(lake, card, record, fp32_bytes, prompts, cfg):
         key = variant_key(prefix, kind)
         if kind != "fp32":
             lake.put_bytes(key, data)
-        decoded, dtype = variants.decode(kind, load_safetensors(data))
-        net, vocab = build_model(card)
-        net.load_state_dict(decoded)
-        gen = Generator(net, vocab, version=version, variant=kind, device=torch.device("cpu"), dtype=dtype)
+        runner, vocab, model_cfg, dtype = runner_for(card, kind, data, device)
+        gen = generators[kind] = Generator(runner, vocab, model_cfg, version=version, variant=kind, device=device,
+                                           dtype=dtype)
         images = gen.generate(prompts, seeds).float()  # (N, R, R, 3)
-        if baseline is None:
-            baseline = images
-        mae = float((images - baseline).abs().mean())
-        entry = {
+        baseline = images if baseline is None else baseline
+        mse = float(((images - baseline) ** 2).mean())
+        built[kind] = {
             "variant": kind, "weights": key, "weights_sha256": sha256(data), "size_bytes": len(data),
-            "size_vs_fp32": round(len(data) / len(fp32_bytes), 4),
-            "latency_ms_b1": round(_latency_ms(gen, prompts, seeds, 1, cfg.latency_repeats), 4),
-            f"latency_ms_b{cfg.latency_batch}": round(
-                _latency_ms(gen, prompts, seeds, cfg.latency_batch, max(1, cfg.latency_repeats // 2)), 4),
-            "pixel_mae_vs_fp32": round(mae, 4),
-            "psnr_db_vs_fp32": round(float(10 * torch.log10(255**2 / ((images - baseline) ** 2).mean()))
-                                     if mae > 0 else float("inf"), 2),
+            "size_vs_fp32": round(len(data) / len(fp32_bytes), 4), "compute": variants.COMPUTE[kind],
+            "pixel_mae_vs_fp32": round(float((images - baseline).abs().mean()), 4),
+            "psnr_db_vs_fp32": round(10 * math.log10(255**2 / mse), 2) if mse > 0 else None,
             "image_std": round(float(images.flatten(1).std(dim=1).mean()), 3),
-            "sparsity": round(variants.sparsity_of(decoded), 4), "dtype": str(dtype).removeprefix("torch."),
-            "latency_batch": cfg.latency_batch, "smoke_prompts": cfg.smoke_prompts, "prompt_seed": cfg.seed,
-            "threads": torch.get_num_threads(),
+            "sparsity": None if kind in variants.ONNX_KINDS else round(variants.sparsity_of(runner.state_dict()), 4),
+            "smoke_prompts": cfg.smoke_prompts, "prompt_seed": cfg.seed, "threads": torch.get_num_threads(),
         }
-        entry["compute"] = variants.COMPUTE[kind]
+    for kind, timing in _latencies(generators, prompts, seeds, cfg).items():
+        entry = built[kind]
+        entry.update(timing)
         if kind != "fp32":
             entry["latency_b1_vs_fp32"] = round(entry["latency_ms_b1"] / built["fp32"]["latency_ms_b1"], 3)
         lake.put_json(join(prefix, "variants", kind, "variant.json"), entry)
-        built[kind] = entry
         log.info("%s %s %-6s %7.1f KiB (%.2f× fp32)  %.3f ms/sample at b1, %.3f at b%d  MAE %.2f vs fp32",
-                 model, version, kind, len(data) / 1024, entry["size_vs_fp32"], entry["latency_ms_b1"],
-                 entry[f"latency_ms_b{cfg.latency_batch}"], cfg.latency_batch, mae)
+                 model, version, kind, entry["size_bytes"] / 1024, entry["size_vs_fp32"], entry["latency_ms_b1"],
+                 entry[f"latency_ms_b{cfg.latency_batch}"], cfg.latency_batch, entry["pixel_mae_vs_fp32"])
     registry.update_record(version, variants={**record.get("variants", {}), **built})
     return {"stage": "variants", "model": model, "version": version, "variants": built}
+
+
+def _variant_bytes(lake: Lake, card: dict, record: dict, fp32_bytes: bytes, prompts: list[str], cfg: DeployConfig):
+    """(kind, bytes to store) for every configured variant, the fp32 baseline first."""
+    state = load_safetensors(fp32_bytes)
+    onnx_fp32 = None
+    for kind in cfg.variant_list:
+        if kind == "fp32":
+            yield kind, fp32_bytes
+        elif kind in variants.ONNX_KINDS:
+            if onnx_fp32 is None:
+                fp32_model, vocab = build_model(card)
+                fp32_model.load_state_dict(state)
+                onnx_fp32 = export_onnx(fp32_model, vocab, prompts)
+            yield kind, onnx_fp32 if kind == "onnx" else quantize_int8(
+                onnx_fp32, Vocab.from_dict(card["vocab"]), card["model"]["max_tokens"], card["model"]["latent_dim"],
+                _calibration_captions(lake, card, record, cfg))
+        else:
+            yield kind, save_safetensors(variants.encode(kind, state, sparsity=cfg.sparsity))
+
+
+def _latencies(generators: dict[str, Generator], prompts: list[str], seeds: list[int],
+               cfg: DeployConfig) -> dict[str, dict]:
+    """Median ms per sample at batch 1 and at ``latency_batch``, every variant timed in turn in each
+    round, so that a busy moment of a shared machine does not land on one variant only."""
+    big = cfg.latency_batch
+    batches = {1: (prompts[:1], seeds[:1]),
+               big: ((prompts * (big // len(prompts) + 1))[:big], (seeds * (big // len(seeds) + 1))[:big])}
+    times: dict[str, dict[int, list[float]]] = {k: {1: [], big: []} for k in generators}
+    for gen in generators.values():  # warm-up
+        for p, s in batches.values():
+            gen.generate(p, s)
+    for _ in range(cfg.latency_repeats):
+        for kind, gen in generators.items():
+            for size, (p, s) in batches.items():
+                t0 = time.perf_counter()
+                gen.generate(p, s)
+                times[kind][size].append((time.perf_counter() - t0) * 1000 / size)
+    return {kind: {"latency_ms_b1": round(statistics.median(t[1]), 4),
+                   f"latency_ms_b{big}": round(statistics.median(t[big]), 4), "latency_batch": big,
+                   "latency_repeats": cfg.latency_repeats}
+            for kind, t in times.items()}

@@ -11,7 +11,7 @@ from aigc.lake.keys import join
 from aigc.models import ConditionalVAE, Vocab
 from aigc.models.cvae import latents_for_seeds
 from aigc.registry import variants
-from aigc.registry.safeload import check_weights
+from aigc.registry.safeload import check_onnx, check_weights
 from aigc.registry.store import Registry, VersionNotFound
 
 CARD = "model.json"
@@ -25,22 +25,36 @@ def build_model(card: dict) -> tuple[ConditionalVAE, Vocab]:
 def variant_key(version_prefix: str, variant: str) -> str:
     if variant == "fp32":
         return join(version_prefix, "model.safetensors")
-    return join(version_prefix, "variants", variant, "weights.safetensors")
+    name = "model.onnx" if variant in variants.ONNX_KINDS else "weights.safetensors"
+    return join(version_prefix, "variants", variant, name)
+
+
+def runner_for(card: dict, variant: str, data: bytes, device: torch.device):
+    """(runner with ``generate(ids, z)``, vocab, model config, dtype of the latents) from checked bytes."""
+    cfg = ModelConfig(**card["model"])
+    vocab = Vocab.from_dict(card["vocab"])
+    if variant in variants.ONNX_KINDS:
+        from aigc.registry.onnx_export import OnnxRunner
+
+        return OnnxRunner(data, device=device), vocab, cfg, torch.float32
+    model, _ = build_model(card)
+    state, dtype = variants.decode(variant, load_safetensors(data))
+    model.load_state_dict(state)
+    return model.to(device=device, dtype=dtype).eval(), vocab, cfg, dtype
 
 
 class Generator:
     """Captions + seeds → images, from one model version and variant, on CPU or GPU."""
 
-    def __init__(self, model: ConditionalVAE, vocab: Vocab, *, version: str, variant: str,
+    def __init__(self, runner, vocab: Vocab, config: ModelConfig, *, version: str, variant: str,
                  device: torch.device, dtype: torch.dtype):
-        self.model = model.to(device=device, dtype=dtype).eval()
-        self.vocab, self.version, self.variant, self.device, self.dtype = vocab, version, variant, device, dtype
-        self.config = model.cfg
+        self.runner, self.vocab, self.config = runner, vocab, config
+        self.version, self.variant, self.device, self.dtype = version, variant, device, dtype
 
     @classmethod
     def load(cls, lake: Lake, name: str, ref: str = "production", variant: str = "fp32",
              device: str | torch.device = "cpu") -> Generator:
-        """``ref``: a version (``v0003``) or an alias; the weights' hash is checked against the record."""
+        """``ref``: a version (``v0003``) or an alias; the bytes' hash is checked against the record."""
         registry = Registry(lake, name)
         record = registry.get(ref)
         prefix = registry.version_prefix(record["version"])
@@ -51,11 +65,10 @@ class Generator:
         key = variant_key(prefix, variant)
         expected = built[variant]["weights_sha256"] if variant in built else record["weights_sha256"]
         data = lake.get_bytes(key)
-        check_weights(data, expected, lake.url(key))
-        model, vocab = build_model(lake.get_json(join(prefix, CARD)))
-        state, dtype = variants.decode(variant, load_safetensors(data))
-        model.load_state_dict(state)
-        return cls(model, vocab, version=record["version"], variant=variant, device=torch.device(device), dtype=dtype)
+        (check_onnx if variant in variants.ONNX_KINDS else check_weights)(data, expected, lake.url(key))
+        device = torch.device(device)
+        runner, vocab, cfg, dtype = runner_for(lake.get_json(join(prefix, CARD)), variant, data, device)
+        return cls(runner, vocab, cfg, version=record["version"], variant=variant, device=device, dtype=dtype)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], seeds: list[int]) -> torch.Tensor:
@@ -64,5 +77,5 @@ class Generator:
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds: one seed per prompt")
         ids = self.vocab.encode(prompts, self.config.max_tokens).to(self.device)
         z = latents_for_seeds(seeds, self.config.latent_dim).to(self.device, self.dtype)
-        images = self.model.generate(ids, z).float().clamp(0, 1)  # (B, 3, R, R)
+        images = self.runner.generate(ids, z).float().clamp(0, 1)  # (B, 3, R, R)
         return (images * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu()

@@ -11,11 +11,6 @@ import hashlib
 import json
 import struct
 
-import torch
-from safetensors.torch import load as load_safetensors
-
-from aigc.lake import Lake
-
 
 class UnsafeWeights(RuntimeError):
     """Weights that are not safetensors, or not the bytes the registry recorded."""
@@ -38,18 +33,26 @@ def _describe(data: bytes) -> str | None:
     return "not a safetensors file (no 8-byte length followed by a JSON header)"
 
 
-def check_weights(data: bytes, expected_sha256: str | None, where: str) -> None:
+def _check_hash(data: bytes, expected_sha256: str | None, where: str) -> None:
     if expected_sha256 is not None:
         digest = hashlib.sha256(data).hexdigest()
         if digest != expected_sha256:
             raise UnsafeWeights(f"{where}: sha256 {digest[:12]}… does not match the recorded "
                                 f"{expected_sha256[:12]}… (hash mismatch: the file was replaced or corrupted)")
+
+
+def check_weights(data: bytes, expected_sha256: str | None, where: str) -> None:
+    _check_hash(data, expected_sha256, where)
     problem = _describe(data)
     if problem:
         raise UnsafeWeights(f"{where} is {problem}; only safetensors weights are loaded (unsafe format refused)")
 
 
-def load_weights(lake: Lake, key: str, expected_sha256: str | None) -> dict[str, torch.Tensor]:
-    data = lake.get_bytes(key)
-    check_weights(data, expected_sha256, lake.url(key))
-    return load_safetensors(data)
+def check_onnx(data: bytes, expected_sha256: str | None, where: str) -> None:
+    """An ONNX graph is protobuf (parsing runs no code); still, the bytes must be the recorded ones
+    and must not be a pickle that someone renamed."""
+    _check_hash(data, expected_sha256, where)
+    if data[:2] == b"PK" or data[:1] == b"\x80":
+        raise UnsafeWeights(f"{where} looks like a pickle or torch.save archive, not an ONNX graph "
+                            "(unsafe format refused)")
+

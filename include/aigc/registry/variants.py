@@ -1,13 +1,14 @@
-"""Optimised variants of a version's weights, as tensors that safetensors can hold.
+"""Optimised variants of a version: torch weights that safetensors holds, and ONNX graphs.
 
     fp32    the trained weights as they are (the baseline every variant is compared with)
     bf16    every floating tensor in bfloat16; the model runs in bf16: half the bytes
-    int8    conv/linear weights quantized per output channel (symmetric, int8 + fp32 scale),
-            de-quantized when loaded: a quarter of the bytes for those tensors, fp32 compute
     pruned  the smallest-magnitude conv/linear weights (a global ``sparsity`` fraction) set to
             zero, stored as the kept values plus a bit mask: fewer bytes, same dense compute
+    onnx    the generation graph exported to ONNX, run by ONNX Runtime in fp32
+    int8    that graph with static INT8 quantization (QDQ, per-channel), calibrated on curated
+            captions, run by ONNX Runtime's INT8 kernels: smaller and faster on a CPU
 
-Encoding and decoding are pure functions of tensors; nothing here touches the lake.
+The torch encodings are pure functions of tensors; the ONNX ones live in onnx_export.py.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-KINDS = ("fp32", "bf16", "int8", "pruned")
+KINDS = ("fp32", "bf16", "pruned", "onnx", "int8")
+ONNX_KINDS = ("onnx", "int8")
 COMPUTE = {
-    "fp32": "fp32",
-    "bf16": "bf16 (CPU kernels without native bf16 are slower than fp32)",
-    "int8": "fp32: weight-only int8 storage, de-quantized at load (smaller, not faster)",
-    "pruned": "fp32 dense: the zeros are stored compactly but not skipped (smaller, not faster)",
+    "fp32": "fp32 (torch)",
+    "bf16": "bf16 (torch; CPU kernels without native bf16 are slower than fp32)",
+    "pruned": "fp32 dense (torch): the zeros are stored compactly but not skipped (smaller, not faster)",
+    "onnx": "fp32 (ONNX Runtime)",
+    "int8": "int8 Conv/MatMul (ONNX Runtime QDQ, static post-training quantization)",
 }
 """What each variant computes in: recorded beside its latency, so nobody reads a speed-up into it."""
-_SCALE, _MASK, _SHAPE = ".__scale", ".__mask", ".__shape"
+_MASK, _SHAPE = ".__mask", ".__shape"
 
 
 def _compressible(name: str, t: torch.Tensor) -> bool:
@@ -33,21 +36,11 @@ def _compressible(name: str, t: torch.Tensor) -> bool:
 
 
 def encode(kind: str, state: dict[str, torch.Tensor], *, sparsity: float = 0.5) -> dict[str, torch.Tensor]:
+    """Tensors to save for a torch variant (fp32, bf16, pruned)."""
     if kind == "fp32":
         return {k: v.float().contiguous() for k, v in state.items()}
     if kind == "bf16":
         return {k: (v.bfloat16() if v.is_floating_point() else v).contiguous() for k, v in state.items()}
-    if kind == "int8":
-        out = {}
-        for k, v in state.items():
-            if not _compressible(k, v):
-                out[k] = v.contiguous()
-                continue
-            flat = v.float().reshape(v.shape[0], -1)  # (out_channels, fan_in)
-            scale = flat.abs().amax(dim=1).clamp_min(1e-12) / 127.0
-            out[k] = torch.round(flat / scale[:, None]).clamp(-127, 127).to(torch.int8).reshape(v.shape).contiguous()
-            out[k + _SCALE] = scale.contiguous()
-        return out
     if kind == "pruned":
         weights = {k: v for k, v in state.items() if _compressible(k, v)}
         magnitudes = torch.cat([v.abs().flatten().float() for v in weights.values()])
@@ -60,7 +53,7 @@ def encode(kind: str, state: dict[str, torch.Tensor], *, sparsity: float = 0.5) 
             out[k + _MASK] = torch.from_numpy(np.packbits(keep.flatten().numpy()))
             out[k + _SHAPE] = torch.tensor(list(v.shape), dtype=torch.int64)
         return out
-    raise ValueError(f"unknown variant {kind!r}; variants are {KINDS}")
+    raise ValueError(f"{kind!r} is not a torch-weights variant; those are fp32, bf16, pruned")
 
 
 def decode(kind: str, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.dtype]:
@@ -69,12 +62,9 @@ def decode(kind: str, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch
         return dict(tensors), torch.bfloat16 if kind == "bf16" else torch.float32
     state = {}
     for k, v in tensors.items():
-        if k.endswith((_SCALE, _MASK, _SHAPE)):
+        if k.endswith((_MASK, _SHAPE)):
             continue
-        if kind == "int8" and k + _SCALE in tensors:
-            scale = tensors[k + _SCALE]
-            state[k] = (v.float().reshape(v.shape[0], -1) * scale[:, None]).reshape(v.shape)
-        elif kind == "pruned" and k + _MASK in tensors:
+        if kind == "pruned" and k + _MASK in tensors:
             shape = tuple(tensors[k + _SHAPE].tolist())
             n = int(np.prod(shape))
             keep = torch.from_numpy(np.unpackbits(tensors[k + _MASK].numpy(), count=n).astype(bool))

@@ -93,8 +93,8 @@ def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, vocab, cfg: 
     trained = [r for r in rows if r["step"] > 0]
     final_val = rows[-1]["val_loss"]
     speeds = sorted(r["samples_per_s"] for r in trained)
-    lineage = {"curated": index.partitions, "training_run": run_id, "code_version": code_version(),
-               "host": os.uname().nodename}
+    lineage = {"dataset": cfg.prepare.dataset, "curated": index.partitions, "training_run": run_id,
+               "code_version": code_version(), "host": os.uname().nodename}
     card = {"model": dataclasses.asdict(cfg.model), "vocab": vocab.to_dict(), "train": dataclasses.asdict(cfg.train),
             "weights": WEIGHTS, "weights_sha256": hashlib.sha256(weights).hexdigest(), "lineage": lineage,
             "parameters": sum(p.numel() for p in model.parameters())}

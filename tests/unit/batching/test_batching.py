@@ -1,0 +1,128 @@
+"""The batching core on a CPU with a simulated memory accountant: budgets, backoff, exactly once."""
+
+import random
+
+import pytest
+
+from aigc.batching import AdaptiveBatcher, ItemTooLarge, MemoryModel, plan_batches, smart_sharding
+from aigc.batching.faults import SimulatedOOM
+from aigc.batching.planner import restore_order
+from aigc.batching.probe import DeviceProbe
+
+WIDTH = 64
+
+
+def long_tailed_lengths(n=400, seed=0):
+    rng = random.Random(seed)
+    return [min(512, int(8 + rng.paretovariate(1.3) * 8)) for _ in range(n)]
+
+
+def echo_runner(lengths, accountant, calls):
+    def run(batch):
+        accountant.check([lengths[i] for i in batch])
+        calls.append(list(batch))
+        return [f"out-{i}" for i in batch]
+    return run
+
+
+def test_the_planner_never_exceeds_the_budget_in_a_simulated_accountant():
+    lengths = long_tailed_lengths()
+    model = MemoryModel(width=WIDTH)
+    budget = 4 * 64 * (WIDTH**2 + 64**2)
+    batches = plan_batches(lengths, model, budget, max_batch=128)
+    accountant = SimulatedOOM(truth=model, capacity_bytes=budget)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        if len(batch) > 1:
+            accountant.check([lengths[i] for i in batch])  # raises if a planned batch would not fit
+    assert max(len(b) for b in batches) > 1 and not accountant.raised
+    rows = restore_order(batches, [[f"r{i}" for i in b] for b in batches])
+    assert rows == [f"r{i}" for i in range(len(lengths))]
+
+
+def test_injected_oom_at_a_rate_loses_and_repeats_nothing_and_the_size_recovers():
+    lengths = long_tailed_lengths()
+    truth = MemoryModel(width=WIDTH)
+    accountant = SimulatedOOM(truth=truth, rate=0.2, seed=3)
+    calls, sleeps = [], []
+    batcher = AdaptiveBatcher(echo_runner(lengths, accountant, calls), lengths, MemoryModel(width=WIDTH),
+                              lambda: 1e12, max_batch=64, sleep=sleeps.append, seed=1)
+    results, report = batcher()
+    assert results == [f"out-{i}" for i in range(len(lengths))]  # every item, in input order
+    answered = [i for batch in calls for i in batch]
+    assert sorted(answered) == list(range(len(lengths)))  # exactly once: failed batches never count
+    assert report.ooms == accountant.raised > 5
+    assert len(sleeps) == report.ooms and all(s > 0 for s in sleeps)  # backoff with jitter on every OOM
+    # After a shrink the size grows back: some batch after the first OOM is larger than the one before it.
+    assert max(report.sizes) > 1 and any(b > a for a, b in zip(report.sizes, report.sizes[1:], strict=False))
+
+
+def test_a_too_small_budget_shrinks_batches_until_they_fit_then_learns():
+    lengths = [32] * 200
+    truth = MemoryModel(width=WIDTH, bytes_per_unit=8.0)  # twice what the batcher's model believes
+    capacity = 10 * truth.predict([32])
+    accountant = SimulatedOOM(truth=truth, capacity_bytes=capacity)
+    calls = []
+    model = MemoryModel(width=WIDTH)
+    batcher = AdaptiveBatcher(echo_runner(lengths, accountant, calls), lengths, model, lambda: capacity,
+                              max_batch=64, sleep=lambda s: None)
+    results, report = batcher()
+    assert len(results) == 200 and sorted(i for c in calls for i in c) == list(range(200))
+    assert all(len(c) <= 10 for c in calls)  # no successful batch exceeded the real capacity
+    assert report.ooms >= 1 and model.k > 4.0  # the memory model learned it was optimistic
+
+
+def test_an_item_that_cannot_fit_alone_is_named():
+    lengths = [8, 8, 4096, 8]
+    truth = MemoryModel(width=WIDTH)
+    accountant = SimulatedOOM(truth=truth, capacity_bytes=truth.predict([512]))
+    batcher = AdaptiveBatcher(echo_runner(lengths, accountant, []), lengths, MemoryModel(width=WIDTH),
+                              lambda: truth.predict([512]), max_retries=2, sleep=lambda s: None)
+    with pytest.raises(ItemTooLarge, match=r"item 2 \(length 4096\) does not fit alone: estimated \d+ B"):
+        batcher()
+
+
+def test_growth_stops_where_throughput_stops_improving_and_is_kept_for_the_next_shard():
+    import time
+
+    lengths = [16] * 600
+
+    def run(batch):  # per-item cost falls until batch 8, then rises: the best size is 8
+        time.sleep(0.0004 * len(batch) * (1 + abs(len(batch) - 8) / 4))
+        return batch
+
+    batcher = AdaptiveBatcher(run, lengths, MemoryModel(width=WIDTH), lambda: 1e12, max_batch=64, tolerance=0.05)
+    _, report = batcher()
+    learned = report.learned[16]
+    assert 5 <= learned <= 12, report.sizes
+    assert max(report.sizes) < 64  # it never ran to the memory ceiling
+    second = AdaptiveBatcher(run, lengths[:50], MemoryModel(width=WIDTH), lambda: 1e12, learned=report.learned)
+    _, again = second()
+    assert again.sizes[0] == learned  # the next shard starts where this one settled
+
+
+def test_the_memory_model_reports_its_prediction_error():
+    model = MemoryModel(width=8, bytes_per_unit=4.0)
+    assert model.mean_relative_error is None
+    model.observe([8, 8], 2 * 4.0 * (64 + 64))  # exactly as predicted
+    model.observe([8, 8], 2 * 8.0 * (64 + 64))  # twice the prediction
+    assert model.mean_relative_error == pytest.approx(0.25)
+    assert model.k == 8.0
+
+
+def test_smart_sharding_takes_the_largest_prefix_that_fits_by_halving():
+    sizes = [10] * 16
+    assert smart_sharding(sizes, free_bytes=1000) == 16
+    assert smart_sharding(sizes, free_bytes=100, margin_bytes=10) == 8  # 16 → 8 (80 ≤ 90)
+    assert smart_sharding(sizes, free_bytes=5) == 0
+
+
+def test_the_probe_reads_cgroup_limits_and_falls_back_without_a_gpu(tmp_path):
+    (tmp_path / "memory.max").write_text(str(512 << 20))
+    (tmp_path / "memory.current").write_text(str(128 << 20))
+    probe = DeviceProbe("cpu", budget_fraction=0.5, safety_margin_bytes=1 << 20, cgroup_root=str(tmp_path))
+    info = probe.info()
+    assert info.source == "cgroup" and info.total_bytes == 512 << 20 and info.free_bytes <= 384 << 20
+    assert probe.budget_bytes() == int(0.5 * info.free_bytes) - (1 << 20)
+    assert DeviceProbe("cuda:0").info().device in ("cpu", "cuda:0")  # no GPU here: host figures, no error
+    assert DeviceProbe("cpu", budget_bytes=123).budget_bytes() == 123
