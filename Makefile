@@ -69,6 +69,7 @@ airflow: install
 bench: install
 	$(BIN)/python bench/prepare_bench.py
 	$(BIN)/python bench/train_bench.py
+	$(BIN)/python bench/batching_bench.py
 
 lint: install
 	$(BIN)/ruff check include dags plugins tests bench

@@ -5,7 +5,10 @@
     ┌───────────────────────────────────────────────────────────────────────────┘
     └─ train (torchrun) ── gate_training ── publish_model ─┐
     ┌──────────────────────────────────────────────────────┘
-    └─ register_model (alias candidate) ── build_variants ── gate_deploy ──▶ (stage 4)
+    └─ register_model (alias candidate) ── build_variants ── gate_deploy ─┐
+    ┌──────────────────────────────────────────────────────────────────────┘
+    └─ plan_generation ── shards_of ── generate_shard × N (mapped) ── finish_generation ── gate_generate
+                                                                                      ── publish_generations
 
 This file only wires tasks: every task body imports the ``aigc`` core when it runs, so the
 scheduler parses this file in milliseconds and with no I/O.
@@ -13,6 +16,7 @@ scheduler parses this file in milliseconds and with no I/O.
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import pendulum
@@ -26,6 +30,9 @@ from aigc_airflow.train_operator import DistributedTrainOperator
 CURATED = Asset(name="aigc_curated_shapes")
 MODEL_CANDIDATE = Asset(name="aigc_model_candidate")
 MODEL_DEPLOYABLE = Asset(name="aigc_model_deployable")
+GENERATIONS = Asset(name="aigc_generations")
+# Tasks that want an accelerator go to this queue; with one local worker (or LocalExecutor) it is ignored.
+GPU_QUEUE = os.environ.get("AIGC_GPU_QUEUE", "default")
 
 PARAMS = {
     "preset": Param("default", enum=["default", "demo"], title="Preset",
@@ -54,6 +61,16 @@ PARAMS = {
                        title="Training precision", description="auto: bf16 on a GPU that has it, else fp32."),
     "max_final_val_loss": Param(None, type=["null", "number"], minimum=0,
                                 title="Gate 2: maximum final validation loss"),
+    "variant": Param(None, type=["null", "string"], enum=[None, "fp32", "bf16", "pruned", "onnx", "int8"],
+                     title="Generation variant", description="A variant that passed gate 3 (empty: the preset's)."),
+    "prompts": Param(None, type=["null", "integer"], minimum=1, maximum=1_000_000, title="Demo prompts",
+                     description="Held-out captions to generate for when no prompt file was dropped."),
+    "generate_shards": Param(None, type=["null", "integer"], minimum=1, maximum=256, title="Generation shards",
+                             description="Mapped generate_shard tasks."),
+    "budget_fraction": Param(None, type=["null", "number"], minimum=0.01, maximum=1,
+                             title="Memory budget fraction", description="Of free device memory, per batch."),
+    "budget_mb": Param(None, type=["null", "integer"], minimum=0, title="Memory budget (MiB)",
+                       description="A fixed per-batch budget instead of the probe's fraction."),
 }
 
 
@@ -80,7 +97,7 @@ def _raw_lake(lake, cfg, params):
     catchup=False,
     max_active_runs=2,
     params=PARAMS,
-    tags=["aigc", "stage-1-prepare", "stage-2-train", "stage-3-deploy"],
+    tags=["aigc", "stage-1-prepare", "stage-2-train", "stage-3-deploy", "stage-4-generate"],
     default_args={
         "owner": "aigc-platform",
         "retries": 2,
@@ -139,7 +156,8 @@ def aigc_pipeline():
         return publish_trained(lake, cfg.model.name, trained["date"], trained["run_id"])
 
     # A GPU worker serves queue "gpu" in the distributed set-up; with one local worker every queue is served.
-    trained = DistributedTrainOperator(task_id="train", curated=curated, execution_timeout=timedelta(hours=8))
+    trained = DistributedTrainOperator(task_id="train", curated=curated, queue=GPU_QUEUE,
+                                       execution_timeout=timedelta(hours=8))
     gate_training = QualityGateOperator(task_id="gate_training", gate="training", prepared=trained.output)
     published_model = publish_model(trained.output)
     gate_training >> published_model
@@ -164,6 +182,48 @@ def aigc_pipeline():
     gate_deploy = QualityGateOperator(task_id="gate_deploy", gate="deploy", prepared=registered,
                                       outlets=[MODEL_DEPLOYABLE])
     build_variants(registered) >> gate_deploy
+
+    @task
+    def plan_generation() -> dict:
+        from aigc.generate.run import plan_generation as plan_run
+        from aigc_airflow.runtime import dag_run_scoped_id
+
+        context, cfg, lake, date = _run_config()
+        return plan_run(lake, date, cfg, run_id=dag_run_scoped_id(context, cfg, "generate"),
+                        demo_prompts=context["params"]["synthetic_drop"])
+
+    @task
+    def shards_of(plan: dict) -> list[dict]:
+        return plan["shards"]  # mapping needs a list-valued XCom of its own
+
+    @task(queue=GPU_QUEUE, retries=3, max_active_tis_per_dagrun=4)
+    def generate_shard(plan: dict, shard: dict) -> dict:
+        from aigc.generate.run import generate_shard as generate
+
+        _context, cfg, lake, _date = _run_config()
+        entry = generate(lake, plan, shard, cfg)
+        return {k: entry[k] for k in ("shard", "rows", "generated", "refused", "cached")}
+
+    @task
+    def finish_generation(plan: dict, _shards: list) -> dict:
+        from aigc.generate.run import finish_generation as finish
+
+        _context, cfg, lake, _date = _run_config()
+        return finish(lake, plan, cfg)
+
+    @task(outlets=[GENERATIONS])
+    def publish_generations(finished: dict) -> dict:
+        from aigc.generate.run import publish_generations as publish
+
+        _context, cfg, lake, _date = _run_config()
+        return publish(lake, cfg.model.name, finished["date"], finished["run_id"])
+
+    plan = plan_generation()
+    gate_deploy >> plan
+    shards = generate_shard.partial(plan=plan).expand(shard=shards_of(plan))
+    finished = finish_generation(plan, shards)
+    gate_generate = QualityGateOperator(task_id="gate_generate", gate="generate", prepared=finished)
+    gate_generate >> publish_generations(finished)
 
 
 aigc_pipeline()

@@ -115,6 +115,27 @@ def cmd_deploy(args: argparse.Namespace) -> dict:
             "eligible_variants": gate["eligible_variants"], "not_eligible": gate["not_eligible"]}
 
 
+def cmd_generate(args: argparse.Namespace) -> dict:
+    """Plan, generate every shard here (the DAG maps them over workers), gate 4, publish."""
+    from aigc.generate.run import finish_generation, generate_shard, plan_generation, publish_generations
+    from aigc.progress import progress
+    from aigc.quality.generation import validate_generation
+
+    cfg = _config(args)
+    lake = open_lake(args.lake)
+    plan = plan_generation(lake, args.date, cfg, run_id=args.run_id, demo_prompts=args.demo_prompts)
+    shards = [generate_shard(lake, plan, s, cfg) for s in progress(plan["shards"], desc="shards", unit="shard")]
+    summary = finish_generation(lake, plan, cfg)
+    batching = [s["batching"] for s in shards if "batching" in s]
+    result = {"command": "generate", **summary, "shards": len(shards),
+              "ooms": sum(b["ooms"] for b in batching), "batch_sizes": [b["learned_sizes"] for b in batching]}
+    if args.no_gate:
+        return {**result, "published": False}
+    gate = validate_generation(lake, plan, cfg, cfg.generate_gate)
+    published = publish_generations(lake, cfg.model.name, args.date, plan["run_id"])
+    return {**result, "gate": gate["result_uri"], "published": True, "published_uri": published["run_uri"]}
+
+
 def cmd_registry(args: argparse.Namespace) -> dict:
     """List versions and aliases; promote a version to production; roll production back."""
     from aigc.registry import Registry
@@ -221,9 +242,12 @@ def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls, only: t
 
 def build_parser() -> argparse.ArgumentParser:
     from aigc.config import (
+        BatchingConfig,
         CuratedGateThresholds,
         DeployConfig,
         DeployGateThresholds,
+        GenerateConfig,
+        GenerateGateThresholds,
         ModelConfig,
         PrepareConfig,
         RawDropConfig,
@@ -275,6 +299,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("deploy", cmd_deploy, "register the date's trained model, build its variants, run gate 3")
     p.add_argument("--version", default=None, help="a registered version (vNNNN) or alias instead of the date's model")
     for section, cls in (("deploy", DeployConfig), ("deploy_gate", DeployGateThresholds)):
+        _add_config_flags(p, section, cls)
+    _add_config_flags(p, "model", ModelConfig, only=("name",))
+
+    p = command("generate", cmd_generate, "generate images for the date's prompts; then gate 4 and publish")
+    p.add_argument("--run-id", default=None, help="finish this run (shards already done are kept)")
+    p.add_argument("--demo-prompts", action="store_true",
+                   help="no prompt file for the date: write the demo set (held-out captions + blocked ones)")
+    p.add_argument("--no-gate", action="store_true", help="stop before gate 4 and publishing")
+    for section, cls in (("generate", GenerateConfig), ("batching", BatchingConfig),
+                         ("generate_gate", GenerateGateThresholds)):
         _add_config_flags(p, section, cls)
     _add_config_flags(p, "model", ModelConfig, only=("name",))
 

@@ -316,6 +316,85 @@ class DeployGateThresholds:
 
 
 @dataclass(frozen=True)
+class BatchingConfig:
+    """Stage 4's adaptive batcher (``aigc.batching``): memory is a ceiling, throughput decides the size."""
+
+    budget_fraction: float = 0.8
+    """Of the device's free memory (pynvml on GPUs; cgroup/psutil on CPU)."""
+    budget_mb: int = 0
+    """A fixed budget instead of the probe (0: probe)."""
+    safety_margin_mb: int = 256
+    grow: float = 1.2
+    shrink: float = 0.7
+    max_batch: int = 256
+    max_retries: int = 8
+    """Out-of-memory retries of a single item before it is reported as too large."""
+    backoff_s: float = 0.05
+    backoff_max_s: float = 2.0
+    jitter: float = 0.5
+    tolerance: float = 0.03
+    """Relative items/s change that counts as better or worse when growing."""
+    oom_rate: float = 0.0
+    """Fault injection (tests, benchmarks): raise out-of-memory at this rate."""
+
+    def __post_init__(self) -> None:
+        _check_range(self, "budget_fraction", 0.01, 1.0)
+        _check_range(self, "budget_mb", 0, 1 << 30)
+        _check_range(self, "safety_margin_mb", 0, 1 << 30)
+        _check_range(self, "grow", 1.0, 10.0)
+        _check_range(self, "shrink", 0.01, 0.99)
+        _check_range(self, "max_batch", 1, 1 << 20)
+        _check_range(self, "max_retries", 0, 1000)
+        _check_range(self, "backoff_s", 0.0, 60.0)
+        _check_range(self, "backoff_max_s", 0.0, 3600.0)
+        _check_range(self, "jitter", 0.0, 1.0)
+        _check_range(self, "tolerance", 0.0, 1.0)
+        _check_range(self, "oom_rate", 0.0, 0.9)
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """Stage 4: which prompts, which model variant, how many mapped shards."""
+
+    variant: str = "int8"
+    """The candidate's variant to generate with; it must have passed gate 3."""
+    model_ref: str = "candidate"
+    """Registry alias or version to generate with."""
+    prompts: int = 512
+    """Demo prompt set: this many held-out captions (when no prompt file was dropped)."""
+    blocked_prompts: int = 8
+    """…plus this many prompts with blocked terms, which must be refused."""
+    shards: int = 4
+    """Mapped tasks (one per shard)."""
+    seed: int = 0
+    max_prompt_chars: int = 512
+    gallery_images: int = 64
+    """Images per gallery PNG (a grid)."""
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"GenerateConfig.variant must be one of {VARIANTS}, got {self.variant!r}")
+        _check_range(self, "prompts", 1, 10_000_000)
+        _check_range(self, "blocked_prompts", 0, 1_000_000)
+        _check_range(self, "shards", 1, 4096)
+        _check_range(self, "max_prompt_chars", 1, 100_000)
+        _check_range(self, "gallery_images", 1, 4096)
+
+
+@dataclass(frozen=True)
+class GenerateGateThresholds:
+    """Gate 4 (generate → evaluate)."""
+
+    max_blank_fraction: float = 0.02
+    """Generated images whose pixel standard deviation is below blank_std count as blank."""
+    blank_std: float = 2.0
+
+    def __post_init__(self) -> None:
+        _check_range(self, "max_blank_fraction", 0.0, 1.0)
+        _check_range(self, "blank_std", 0.0, 255.0)
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """Every stage's settings; the DAG's trigger form and the CLI override single fields."""
 
@@ -327,6 +406,9 @@ class PipelineConfig:
     train_gate: TrainingGateThresholds = field(default_factory=TrainingGateThresholds)
     deploy: DeployConfig = field(default_factory=DeployConfig)
     deploy_gate: DeployGateThresholds = field(default_factory=DeployGateThresholds)
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    generate_gate: GenerateGateThresholds = field(default_factory=GenerateGateThresholds)
 
     def override(self, changes: dict[str, dict[str, Any]]) -> PipelineConfig:
         """``{"raw": {"n": 500}}`` → a new config; unknown sections or fields are an error."""
@@ -352,7 +434,8 @@ def _demo() -> PipelineConfig:
     return PipelineConfig().override(
         {"raw": {"n": 2_000}, "prepare": {"workers": 2}, "curated_gate": {"min_rows": 500},
          # ~1 min on 2 cores with 2 processes; validation loss ≈ 0.008 per pixel (from 0.19 untrained).
-         "train": {"steps": 300, "eval_every": 100, "checkpoint_every": 100}}
+         "train": {"steps": 300, "eval_every": 100, "checkpoint_every": 100},
+         "generate": {"prompts": 128, "shards": 2}}
     )
 
 

@@ -30,7 +30,13 @@ def _deploy_gate(lake, cfg, registered: dict) -> dict:
     return smoke_test(lake, cfg.model.name, registered["version"], cfg.deploy_gate, registered["date"])
 
 
-GATES = {"curated": _curated_gate, "training": _training_gate, "deploy": _deploy_gate}
+def _generate_gate(lake, cfg, generated: dict) -> dict:
+    from aigc.quality.generation import validate_generation
+
+    return validate_generation(lake, generated, cfg, cfg.generate_gate)
+
+
+GATES = {"curated": _curated_gate, "training": _training_gate, "deploy": _deploy_gate, "generate": _generate_gate}
 
 
 class QualityGateOperator(BaseOperator):

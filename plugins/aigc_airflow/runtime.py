@@ -72,6 +72,25 @@ def partition_date(context: dict[str, Any]) -> dt.date:
     return context["dag_run"].run_after.astimezone(dt.UTC).date()
 
 
+def dag_run_scoped_id(context: dict[str, Any], cfg, stage: str) -> str:
+    """A run id for a stage's lake folder, the same for every try of a task in one DAG run.
+
+    Retries then find (and resume or skip) what an earlier try left. A cleared run, another
+    configuration or other code gets a new id, rather than reusing work that meant something else.
+    """
+    import hashlib
+    import json
+
+    from aigc.lake.publish import new_run_id
+    from aigc.train.artifacts import code_version
+
+    dag_run = context["dag_run"]
+    started = dag_run.start_date or dag_run.run_after
+    identity = json.dumps([stage, dag_run.run_id, getattr(dag_run, "clear_number", 0), cfg.to_dict(),
+                           code_version()], sort_keys=True, default=str)
+    return new_run_id(started, token=hashlib.sha256(identity.encode()).hexdigest()[:6])
+
+
 # Trigger-form params → config fields. None means "the preset's value".
 PARAM_FIELDS = {
     "n_records": ("raw", "n"),
@@ -84,6 +103,11 @@ PARAM_FIELDS = {
     "nproc": ("train", "nproc"),
     "precision": ("train", "precision"),
     "max_final_val_loss": ("train_gate", "max_final_val_loss"),
+    "variant": ("generate", "variant"),
+    "prompts": ("generate", "prompts"),
+    "generate_shards": ("generate", "shards"),
+    "budget_mb": ("batching", "budget_mb"),
+    "budget_fraction": ("batching", "budget_fraction"),
 }
 
 

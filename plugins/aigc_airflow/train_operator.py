@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import subprocess
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from aigc_airflow.runtime import lake_env, open_task_lake, partition_date, pipeline_config
+from aigc_airflow.runtime import dag_run_scoped_id, lake_env, open_task_lake, partition_date, pipeline_config
 
 
 def training_run_id(context, cfg) -> str:
-    """The same id for every try of the task in one DAG run, so a retry resumes from its checkpoints.
-
-    A cleared run, another configuration or other code gets a new id (and trains afresh)
-    rather than resuming work that meant something else.
-    """
-    from aigc.lake.publish import new_run_id
-    from aigc.train.artifacts import code_version
-
-    dag_run = context["dag_run"]
-    started = dag_run.start_date or dag_run.run_after
-    identity = json.dumps([dag_run.run_id, getattr(dag_run, "clear_number", 0), cfg.to_dict(), code_version()],
-                          sort_keys=True, default=str)
-    return new_run_id(started, token=hashlib.sha256(identity.encode()).hexdigest()[:6])
+    """The same id for every try of the task in one DAG run, so a retry resumes from its checkpoints."""
+    return dag_run_scoped_id(context, cfg, "train")
 
 
 class DistributedTrainOperator(BaseOperator):

@@ -66,6 +66,18 @@ def test_stage_three_registers_builds_variants_then_smoke_tests(dagbag):
     assert [a.name for a in dag.get_task("gate_deploy").outlets] == ["aigc_model_deployable"]
 
 
+def test_stage_four_fans_out_generation_as_mapped_tasks(dagbag):
+    dag = dagbag.dags["aigc_pipeline"]
+    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
+    assert down["gate_deploy"] == {"plan_generation"}
+    assert down["plan_generation"] >= {"shards_of", "generate_shard", "finish_generation"}
+    assert down["generate_shard"] == {"finish_generation"}
+    assert down["finish_generation"] == {"gate_generate", "publish_generations"}
+    assert down["gate_generate"] == {"publish_generations"}
+    assert type(dag.get_task("generate_shard")).__name__.endswith("MappedOperator")
+    assert [a.name for a in dag.get_task("publish_generations").outlets] == ["aigc_generations"]
+
+
 def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
     from airflow.sdk.exceptions import ParamValidationError
 
@@ -73,7 +85,8 @@ def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
     params.validate()  # pressing Trigger with the form unchanged is valid
     assert params["preset"] == "default" and params["synthetic_drop"] is True
     for name, bad in (("resolution", 33), ("dirt_rate", 1.5), ("preset", "huge"), ("n_records", 0),
-                      ("nproc", 0), ("precision", "fp8"), ("train_steps", 0)):
+                      ("nproc", 0), ("precision", "fp8"), ("train_steps", 0), ("variant", "fp64"),
+                      ("budget_fraction", 0), ("generate_shards", 0)):
         with pytest.raises(ParamValidationError):
             params[name] = bad
 

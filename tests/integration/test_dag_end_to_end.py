@@ -77,6 +77,13 @@ def assert_model_published(lake, date):
     assert record["training_run"].endswith(pointer["run_prefix"])
     assert set(record["variants"]) == {"fp32", "bf16", "pruned", "onnx", "int8"}
     assert record["smoke_test"]["passed"] and "fp32" in record["smoke_test"]["eligible_variants"]
+    # Stage 4: two mapped shards, every demo prompt answered once, the blocked ones refused.
+    generated = resolve(lake, partition("generations", "shapes-cvae", date))
+    manifest = lake.get_json(f"{generated['run_prefix']}/_MANIFEST.json")
+    assert len(manifest["shards"]) == 2 and manifest["rows"] == manifest["prompts"] == 128 + 8
+    assert manifest["refused"] == 8 and manifest["generated"] == 128
+    assert lake.get_json(f"quality/generate/dt={date}/run={generated['run_id']}/result.json")["success"]
+    assert lake.get_bytes(f"{generated['run_prefix']}/gallery.png").startswith(b"\x89PNG")
 
 
 def test_dag_on_a_local_lake(airflow_env, tmp_path):

@@ -1,0 +1,1 @@
+"""Stage 4: prompts → images with the registry's model, adaptively batched, sharded, cached, exactly once."""

@@ -1,0 +1,165 @@
+"""``aigc generate``: plan → one task per shard (mapped in Airflow) → finish; gate 4 judges, then publish.
+
+    generations/<model>/dt=<date>/run=<id>/shard-NNNNN.parquet   one row per prompt of the shard
+    generations/<model>/dt=<date>/run=<id>/_SHARD-NNNNN.json     the ledger entry, written once, last
+    generations/<model>/dt=<date>/run=<id>/gallery-NNNNN.png     a grid of the shard's images
+    generations/<model>/dt=<date>/run=<id>/gallery.png, _MANIFEST.json
+    cache/generations/<model>/<version>/<variant>/<kk>/<key>.png  outputs by content key
+
+Exactly once: a shard's rows are written whole, then its ledger entry with a conditional create;
+a retried or duplicated shard task that finds the entry returns it and writes nothing. Work a
+killed attempt finished is in the cache (written per batch), so the retry does not redo it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import json
+import logging
+import math
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from PIL import Image
+
+from aigc.config import PipelineConfig
+from aigc.generate.prompts import load_prompts, make_demo_prompts, prompts_key, shard_ranges
+from aigc.lake import Lake
+from aigc.lake.base import PreconditionFailed
+from aigc.lake.keys import join, parse_date, partition, run_prefix
+from aigc.lake.publish import new_run_id, publish
+
+log = logging.getLogger(__name__)
+SCHEMA = pa.schema([
+    ("prompt_id", pa.string()), ("prompt", pa.string()), ("seed", pa.int64()), ("status", pa.string()),
+    ("reason", pa.string()), ("image", pa.binary()), ("width", pa.int32()), ("height", pa.int32()),
+    ("model_version", pa.string()), ("variant", pa.string()), ("latency_ms", pa.float64()),
+    ("batch_size", pa.int32()), ("cached", pa.bool_()),
+])
+MANIFEST = "_MANIFEST.json"
+
+
+class VariantNotEligible(LookupError):
+    """The chosen variant has not passed gate 3 for this version."""
+
+
+def generation_prefix(model: str, date: str | dt.date, run_id: str) -> str:
+    return run_prefix(partition("generations", model, date), run_id)
+
+
+def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id: str | None = None,
+                    demo_prompts: bool = False) -> dict:
+    """Check model, variant and prompts; split the prompts into shards. Writes the demo prompt set if asked."""
+    from aigc.registry import Registry
+
+    date, g = parse_date(date), cfg.generate
+    record = Registry(lake, cfg.model.name).get(g.model_ref)
+    eligible = (record.get("smoke_test") or {}).get("eligible_variants") or []
+    if g.variant not in eligible:
+        raise VariantNotEligible(f"{cfg.model.name} {record['version']} ({g.model_ref}): variant {g.variant!r} has "
+                                 f"not passed gate 3; eligible variants: {eligible or 'none (run aigc deploy)'}")
+    if demo_prompts and not lake.exists(prompts_key(cfg.prepare.dataset, date)):
+        make_demo_prompts(lake, cfg.prepare.dataset, date, g)
+    n = len(load_prompts(lake, cfg.prepare.dataset, date, g))
+    run_id = run_id or new_run_id()
+    return {"stage": "plan-generation", "date": date.isoformat(), "run_id": run_id, "model": cfg.model.name,
+            "version": record["version"], "variant": g.variant, "prompts": n,
+            "shards": [{"shard": k, "lo": lo, "hi": hi} for k, (lo, hi) in enumerate(shard_ranges(n, g.shards))]}
+
+
+def cache_key(version: str, variant: str, prompt: str, seed: int, resolution: int) -> str:
+    """Everything that determines the output; a change of any part is a different entry."""
+    return hashlib.sha256(json.dumps([version, variant, prompt, seed, resolution]).encode()).hexdigest()
+
+
+def _png(pixels) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def gallery_png(images: list[bytes], columns: int = 8, scale: int = 2) -> bytes:
+    tiles = [Image.open(io.BytesIO(b)).convert("RGB") for b in images]
+    if not tiles:
+        return _png(__import__("numpy").zeros((8, 8, 3), dtype="uint8"))
+    w, h = tiles[0].size
+    rows = math.ceil(len(tiles) / columns)
+    grid = Image.new("RGB", (columns * (w * scale + 2), rows * (h * scale + 2)), "white")
+    for i, tile in enumerate(tiles):
+        grid.paste(tile.resize((w * scale, h * scale), Image.Resampling.NEAREST),
+                   ((i % columns) * (w * scale + 2), (i // columns) * (h * scale + 2)))
+    buf = io.BytesIO()
+    grid.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> dict:
+    """Generate one shard's prompts (or return its ledger entry if a previous attempt finished it)."""
+    from aigc.generate.engine import ShardEngine
+
+    prefix = generation_prefix(plan["model"], plan["date"], plan["run_id"])
+    k = shard["shard"]
+    ledger_key = join(prefix, f"_SHARD-{k:05d}.json")
+    if lake.exists(ledger_key):
+        entry = lake.get_json(ledger_key)
+        log.info("shard %d of run %s is already done (%d rows): nothing to do", k, plan["run_id"], entry["rows"])
+        return {**entry, "already_done": True}
+    started = time.perf_counter()
+    prompts = load_prompts(lake, cfg.prepare.dataset, plan["date"], cfg.generate)[shard["lo"]:shard["hi"]]
+    rows, report = ShardEngine(lake, plan, cfg).run(prompts)
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    shard_key = join(prefix, f"shard-{k:05d}.parquet")
+    lake.put_bytes(shard_key, buf.getvalue())
+    images = [r["image"] for r in rows if r["status"] == "generated"][: cfg.generate.gallery_images]
+    lake.put_bytes(join(prefix, f"gallery-{k:05d}.png"), gallery_png(images))
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("generated", "refused")}
+    entry = {"shard": k, "rows": len(rows), "prompt_ids_sha256": hashlib.sha256(
+                 "\n".join(sorted(r["prompt_id"] for r in rows)).encode()).hexdigest(),
+             "key": shard_key, **counts, "cached": sum(r["cached"] for r in rows), "batching": report,
+             "seconds": round(time.perf_counter() - started, 3)}
+    try:
+        lake.put_if_absent(ledger_key, json.dumps(entry, indent=2).encode())
+    except PreconditionFailed:  # a duplicate attempt finished first: its entry stands, ours is identical
+        return {**lake.get_json(ledger_key), "already_done": True}
+    log.info("shard %d: %d prompts, %d generated (%d from cache), %d refused, %.1f items/s",
+             k, len(rows), counts["generated"], entry["cached"], counts["refused"], report["items_per_s"])
+    return entry
+
+
+def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
+    """Every shard's ledger entry present → the run's gallery and manifest."""
+    prefix = generation_prefix(plan["model"], plan["date"], plan["run_id"])
+    entries = []
+    for shard in plan["shards"]:
+        key = join(prefix, f"_SHARD-{shard['shard']:05d}.json")
+        if not lake.exists(key):
+            raise RuntimeError(f"shard {shard['shard']} of generation run {plan['run_id']} has no ledger entry "
+                               f"({lake.url(key)}): it did not finish")
+        entries.append(lake.get_json(key))
+    per_shard = max(1, cfg.generate.gallery_images // len(entries))
+    images = []
+    for e in entries:
+        table = pq.read_table(io.BytesIO(lake.get_bytes(e["key"])), columns=["status", "image"])
+        images += [img for s, img in zip(table.column("status").to_pylist(), table.column("image").to_pylist(),
+                                         strict=True) if s == "generated"][:per_shard]
+    lake.put_bytes(join(prefix, "gallery.png"), gallery_png(images))
+    manifest = {**{k: plan[k] for k in ("date", "run_id", "model", "version", "variant", "prompts")},
+                "prompts_uri": lake.url(prompts_key(cfg.prepare.dataset, plan["date"])),
+                "shards": entries, "rows": sum(e["rows"] for e in entries),
+                "generated": sum(e["generated"] for e in entries), "refused": sum(e["refused"] for e in entries),
+                "cached": sum(e["cached"] for e in entries)}
+    lake.put_json(join(prefix, MANIFEST), manifest)
+    return {"stage": "generate", **{k: manifest[k] for k in ("date", "run_id", "model", "version", "variant",
+                                                              "rows", "generated", "refused", "cached")},
+            "run_uri": lake.url(prefix), "gallery_uri": lake.url(join(prefix, "gallery.png"))}
+
+
+def publish_generations(lake: Lake, model: str, date: str | dt.date, run_id: str) -> dict:
+    pointer = publish(lake, partition("generations", model, date), run_id, manifest=MANIFEST)
+    return {"stage": "publish-generations", "run_uri": lake.url(pointer["run_prefix"]),
+            "replaced_run_id": pointer["previous_run_id"]}

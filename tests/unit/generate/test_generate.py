@@ -1,0 +1,138 @@
+"""Stage 4 on a real (tiny) model: prompts, shards, OOM backoff, cache, exactly-once ledger, gate 4."""
+
+import dataclasses
+import io
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from aigc.config import BatchingConfig, DeployConfig, DeployGateThresholds, GenerateConfig, PipelineConfig
+from aigc.generate import run as gen_run
+from aigc.generate.prompts import BadPrompts, load_prompts, prompts_key
+from aigc.quality.deploy import smoke_test
+from aigc.quality.gate import GateFailed
+from aigc.quality.generation import validate_generation
+from aigc.registry.deploy import build_variants, register_trained
+from aigc.registry.loader import Generator
+from tests.training_fixtures import DATE, tiny_config
+
+
+@pytest.fixture
+def deployed_lake(trained_lake):
+    version = register_trained(trained_lake, "shapes-cvae", DATE)["version"]
+    build_variants(trained_lake, "shapes-cvae", version,
+                   DeployConfig(variants="fp32,bf16", smoke_prompts=4, latency_batch=4, latency_repeats=1))
+    smoke_test(trained_lake, "shapes-cvae", version, DeployGateThresholds(max_latency_ms=1e6, max_pixel_mae=0.0), DATE)
+    return trained_lake
+
+
+def config(**generate) -> PipelineConfig:
+    base = tiny_config()
+    settings = {"variant": "fp32", "prompts": 40, "blocked_prompts": 4, "shards": 3, **generate}
+    g = dataclasses.replace(GenerateConfig(), **settings)
+    return dataclasses.replace(base, generate=g, batching=BatchingConfig(backoff_s=0.0, backoff_max_s=0.0))
+
+
+def run_all(lake, cfg, run_id=None):
+    plan = gen_run.plan_generation(lake, DATE, cfg, run_id=run_id, demo_prompts=True)
+    entries = [gen_run.generate_shard(lake, plan, s, cfg) for s in plan["shards"]]
+    return plan, entries, gen_run.finish_generation(lake, plan, cfg)
+
+
+def rows_of(lake, plan):
+    prefix = gen_run.generation_prefix(plan["model"], plan["date"], plan["run_id"])
+    manifest = lake.get_json(f"{prefix}/_MANIFEST.json")
+    return [r for s in manifest["shards"] for r in pq.read_table(io.BytesIO(lake.get_bytes(s["key"]))).to_pylist()]
+
+
+def test_injected_oom_still_answers_every_prompt_exactly_once_then_the_gate_passes(deployed_lake):
+    cfg = dataclasses.replace(config(), batching=BatchingConfig(oom_rate=0.3, backoff_s=0.0, backoff_max_s=0.0))
+    plan, entries, summary = run_all(deployed_lake, cfg)
+    rows = rows_of(deployed_lake, plan)
+    ids = [r["prompt_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 44 and summary["rows"] == 44
+    assert summary["refused"] == 4 and all(r["image"] is None for r in rows if r["status"] == "refused")
+    assert sum(e["batching"]["ooms"] for e in entries) > 0
+    assert validate_generation(deployed_lake, summary, cfg, cfg.generate_gate)["success"]
+
+
+def test_a_rerun_reuses_the_cache_and_says_so(deployed_lake):
+    cfg = config()
+    _, _, first = run_all(deployed_lake, cfg)
+    _, _, second = run_all(deployed_lake, cfg)
+    assert first["cached"] == 0 and second["cached"] == second["generated"] == 40
+
+
+def test_a_shard_killed_midway_is_finished_by_its_retry_with_one_ledger_entry(deployed_lake, monkeypatch):
+    cfg = config(shards=1)
+    plan = gen_run.plan_generation(deployed_lake, DATE, cfg, demo_prompts=True)
+    real = Generator.generate
+    calls = {"n": 0}
+
+    def dies_on_the_third_batch(self, prompts, seeds):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise SystemExit("worker killed")  # not an OOM: the batcher must not swallow it
+        return real(self, prompts, seeds)
+
+    monkeypatch.setattr(Generator, "generate", dies_on_the_third_batch)
+    with pytest.raises(SystemExit):
+        gen_run.generate_shard(deployed_lake, plan, plan["shards"][0], cfg)
+    prefix = gen_run.generation_prefix(plan["model"], plan["date"], plan["run_id"])
+    assert not deployed_lake.exists(f"{prefix}/_SHARD-00000.json")
+    monkeypatch.setattr(Generator, "generate", real)
+    retry = gen_run.generate_shard(deployed_lake, plan, plan["shards"][0], cfg)
+    assert retry["rows"] == 44 and retry["cached"] > 0  # the killed attempt's batches were kept
+    again = gen_run.generate_shard(deployed_lake, plan, plan["shards"][0], cfg)
+    assert again["already_done"] and again["prompt_ids_sha256"] == retry["prompt_ids_sha256"]
+
+
+def test_a_variant_that_did_not_pass_gate_3_is_refused(deployed_lake):
+    with pytest.raises(gen_run.VariantNotEligible, match=r"variant 'bf16' has not passed gate 3; eligible .*fp32"):
+        gen_run.plan_generation(deployed_lake, DATE, config(variant="bf16"), demo_prompts=True)
+
+
+def test_bad_prompt_files_name_the_problem(deployed_lake):
+    cfg = config()
+    key = prompts_key("shapes", DATE)
+    with pytest.raises(BadPrompts, match="no prompt file at"):
+        load_prompts(deployed_lake, "shapes", DATE, cfg.generate)
+    deployed_lake.put_bytes(key, b"\n")
+    with pytest.raises(BadPrompts, match="holds no prompts"):
+        load_prompts(deployed_lake, "shapes", DATE, cfg.generate)
+    deployed_lake.put_bytes(key, b'{"prompt_id": "a", "prompt": "x"}\n{"prompt_id": "a", "prompt": "y"}\n')
+    with pytest.raises(BadPrompts, match="line 2: prompt_id 'a' appears twice"):
+        load_prompts(deployed_lake, "shapes", DATE, cfg.generate)
+    deployed_lake.put_bytes(key, b'{"prompt": "no id"}\n')
+    with pytest.raises(BadPrompts, match="line 1: expected a JSON object with prompt_id and prompt"):
+        load_prompts(deployed_lake, "shapes", DATE, cfg.generate)
+
+
+def test_an_overlong_prompt_is_refused_with_its_length(deployed_lake):
+    cfg = config(max_prompt_chars=20, shards=1)
+    deployed_lake.put_bytes(prompts_key("shapes", DATE), "".join(json.dumps(r) + "\n" for r in [
+        {"prompt_id": "short", "prompt": "a red circle"},
+        {"prompt_id": "long", "prompt": "a small red circle at the top left of the picture"}]).encode())
+    plan, _, summary = run_all(deployed_lake, cfg)
+    rows = {r["prompt_id"]: r for r in rows_of(deployed_lake, plan)}
+    assert rows["short"]["status"] == "generated"
+    assert rows["long"]["status"] == "refused" and "max_prompt_chars=20 (got 49)" in rows["long"]["reason"]
+
+
+def test_gate_4_fails_when_a_blocked_prompt_was_generated(deployed_lake):
+    cfg = config(shards=1)
+    plan, _, summary = run_all(deployed_lake, cfg)
+    prefix = gen_run.generation_prefix(plan["model"], plan["date"], plan["run_id"])
+    key = f"{prefix}/shard-00000.parquet"
+    table = pq.read_table(io.BytesIO(deployed_lake.get_bytes(key))).to_pylist()
+    image = next(r["image"] for r in table if r["status"] == "generated")
+    for r in table:
+        if r["status"] == "refused":
+            r.update(status="generated", image=image, reason=None)
+            break
+    buf = io.BytesIO()
+    pq.write_table(__import__("pyarrow").Table.from_pylist(table, schema=gen_run.SCHEMA), buf)
+    deployed_lake.put_bytes(key, buf.getvalue())
+    with pytest.raises(GateFailed, match="should_refuse"):
+        validate_generation(deployed_lake, summary, cfg, cfg.generate_gate)
