@@ -191,7 +191,25 @@ def cmd_status(args: argparse.Namespace) -> dict:
             "gate_passed": gate["success"] if gate else None,
             "data_docs_uri": gate["data_docs_uri"] if gate else None,
             "model": _model_status(lake, cfg.model.name, args.date),
-            "registry": _registry_status(lake, cfg.model.name)}
+            "registry": _registry_status(lake, cfg.model.name),
+            "generations": _generation_status(lake, cfg.model.name, args.date)}
+
+
+def _generation_status(lake, model: str, date: str) -> dict | None:
+    from aigc.generate.run import MANIFEST
+    from aigc.lake.keys import partition
+    from aigc.lake.publish import NotPublished, resolve
+
+    try:
+        pointer = resolve(lake, partition("generations", model, date))
+    except NotPublished:
+        return None
+    m = lake.get_json(join(pointer["run_prefix"], MANIFEST))
+    gallery = lake.url(join(pointer["run_prefix"], "gallery.png"))
+    log.info("generations: %d prompts → %d images (%d from cache), %d refused, %s %s; gallery %s",
+             m["rows"], m["generated"], m["cached"], m["refused"], m["version"], m["variant"], gallery)
+    return {k: m[k] for k in ("run_id", "version", "variant", "rows", "generated", "refused", "cached")} | {
+        "gallery_uri": gallery}
 
 
 def _registry_status(lake, model: str) -> dict:

@@ -104,3 +104,41 @@ def test_a_malicious_pickle_where_weights_belong_is_refused_without_running(trai
     with pytest.raises(UnsafeWeights, match="zip archive"):
         check_weights(torch_save.read_bytes(), None, "w.pt")
     assert not os.path.exists(marker)
+
+
+def test_a_variant_that_fails_to_load_fails_gate_3_with_its_reason(trained_lake):
+    from aigc.quality.gate import GateFailed
+    from aigc.registry.loader import variant_key
+
+    version = deployed(trained_lake)
+    registry = Registry(trained_lake, "shapes-cvae")
+    key = variant_key(registry.version_prefix(version), "pruned")
+    trained_lake.put_bytes(key, b"\x00" * 64)  # truncated on disk
+    with pytest.raises(GateFailed, match=r"variants: expect_column_values_to_be_in_set\(column='loads'"):
+        smoke_test(trained_lake, "shapes-cvae", version, DeployGateThresholds(max_latency_ms=1e6), DATE)
+    assert "smoke_test" not in registry.get(version)  # nothing marked as passed
+
+
+def test_the_registry_cli_promotes_rolls_back_and_lists(trained_lake):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    deployed(trained_lake)
+    aigc = str(Path(sys.executable).with_name("aigc"))
+
+    def cli(*args):
+        out = subprocess.run([aigc, "registry", *args, "--lake", trained_lake.uri], capture_output=True, text=True,
+                             timeout=120)
+        return out.returncode, json.loads(out.stdout.strip().splitlines()[-1])
+
+    rc, listed = cli("list")
+    assert rc == 0 and listed["aliases"] == {"candidate": "v0001"} and listed["versions"][0]["version"] == "v0001"
+    rc, promoted = cli("promote", "--version", "candidate", "--reason", "smoke test passed")
+    assert rc == 0 and promoted["aliases"]["production"] == "v0001"
+    assert promoted["history"][-1]["reason"] == "smoke test passed"
+    rc, failed = cli("rollback")
+    assert rc == 1 and "no 'previous' version to roll back to" in failed["error"]
+    rc, missing = cli("promote", "--version", "v0042")
+    assert rc == 1 and "has no version 'v0042'" in missing["error"]
