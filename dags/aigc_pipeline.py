@@ -7,8 +7,9 @@
     ┌──────────────────────────────────────────────────────┘
     └─ register_model (alias candidate) ── build_variants ── gate_deploy ─┐
     ┌──────────────────────────────────────────────────────────────────────┘
-    └─ plan_generation ── shards_of ── generate_shard × N (mapped) ── finish_generation ── gate_generate
-                                                                                      ── publish_generations
+    └─ plan_generation ── shards_of ── generate_shard × N (mapped) ── finish_generation ── gate_generate ─┐
+    ┌─────────────────────────────────────────────────────────────────────────────────────────────────┘
+    └─ evaluate ── gate_evaluation ── publish_content (production → this version; the day's content published)
 
 This file only wires tasks: every task body imports the ``aigc`` core when it runs, so the
 scheduler parses this file in milliseconds and with no I/O.
@@ -31,6 +32,7 @@ CURATED = Asset(name="aigc_curated_shapes")
 MODEL_CANDIDATE = Asset(name="aigc_model_candidate")
 MODEL_DEPLOYABLE = Asset(name="aigc_model_deployable")
 GENERATIONS = Asset(name="aigc_generations")
+EVALUATIONS = Asset(name="aigc_evaluations")
 # Tasks that want an accelerator go to this queue; with one local worker (or LocalExecutor) it is ignored.
 GPU_QUEUE = os.environ.get("AIGC_GPU_QUEUE", "default")
 
@@ -71,6 +73,9 @@ PARAMS = {
                              title="Memory budget fraction", description="Of free device memory, per batch."),
     "budget_mb": Param(None, type=["null", "integer"], minimum=0, title="Memory budget (MiB)",
                        description="A fixed per-batch budget instead of the probe's fraction."),
+    "min_alignment": Param(None, type=["null", "number"], minimum=0, maximum=1,
+                           title="Gate 5: minimum alignment", description="All-attributes-correct fraction."),
+    "max_fid": Param(None, type=["null", "number"], minimum=0, title="Gate 5: maximum Fréchet distance"),
 }
 
 
@@ -97,7 +102,7 @@ def _raw_lake(lake, cfg, params):
     catchup=False,
     max_active_runs=2,
     params=PARAMS,
-    tags=["aigc", "stage-1-prepare", "stage-2-train", "stage-3-deploy", "stage-4-generate"],
+    tags=["aigc", "stage-1-prepare", "stage-2-train", "stage-3-deploy", "stage-4-generate", "stage-5-evaluate"],
     default_args={
         "owner": "aigc-platform",
         "retries": 2,
@@ -211,19 +216,30 @@ def aigc_pipeline():
         _context, cfg, lake, _date = _run_config()
         return finish(lake, plan, cfg)
 
-    @task(outlets=[GENERATIONS])
-    def publish_generations(finished: dict) -> dict:
-        from aigc.generate.run import publish_generations as publish
+    @task
+    def evaluate(finished: dict) -> dict:
+        from aigc.evaluate.run import evaluate as run_evaluation
+        from aigc_airflow.runtime import dag_run_scoped_id
+
+        context, cfg, lake, _date = _run_config()
+        return run_evaluation(lake, finished, cfg, run_id=dag_run_scoped_id(context, cfg, "evaluate"))
+
+    @task(outlets=[GENERATIONS, EVALUATIONS])
+    def publish_content(evaluated: dict) -> dict:
+        from aigc.quality.evaluation import promote_and_publish
 
         _context, cfg, lake, _date = _run_config()
-        return publish(lake, cfg.model.name, finished["date"], finished["run_id"])
+        return promote_and_publish(lake, evaluated, cfg)
 
     plan = plan_generation()
     gate_deploy >> plan
     shards = generate_shard.partial(plan=plan).expand(shard=shards_of(plan))
     finished = finish_generation(plan, shards)
     gate_generate = QualityGateOperator(task_id="gate_generate", gate="generate", prepared=finished)
-    gate_generate >> publish_generations(finished)
+    evaluated = evaluate(finished)
+    gate_generate >> evaluated
+    gate_evaluation = QualityGateOperator(task_id="gate_evaluation", gate="evaluation", prepared=evaluated)
+    gate_evaluation >> publish_content(evaluated)
 
 
 aigc_pipeline()

@@ -72,3 +72,17 @@ def trained_lake(trained_template, tmp_path):
 
     shutil.copytree(trained_template, tmp_path / "trained")
     return LocalLake(tmp_path / "trained")
+
+
+@pytest.fixture
+def deployed_lake(trained_lake):
+    """A registered version with fp32 and bf16 variants; gate 3 passed with only fp32 eligible."""
+    from aigc.config import DeployConfig, DeployGateThresholds
+    from aigc.quality.deploy import smoke_test
+    from aigc.registry.deploy import build_variants, register_trained
+
+    version = register_trained(trained_lake, "shapes-cvae", DATE)["version"]
+    build_variants(trained_lake, "shapes-cvae", version,
+                   DeployConfig(variants="fp32,bf16", smoke_prompts=4, latency_batch=4, latency_repeats=1))
+    smoke_test(trained_lake, "shapes-cvae", version, DeployGateThresholds(max_latency_ms=1e6, max_pixel_mae=0.0), DATE)
+    return trained_lake

@@ -136,6 +136,23 @@ def cmd_generate(args: argparse.Namespace) -> dict:
     return {**result, "gate": gate["result_uri"], "published": True, "published_uri": published["run_uri"]}
 
 
+def cmd_evaluate(args: argparse.Namespace) -> dict:
+    """Evaluate a generation run of the date (default: its newest), then gate 5, promote and publish."""
+    from aigc.evaluate.run import evaluate, latest_generation
+    from aigc.lake.publish import new_run_id
+    from aigc.quality.evaluation import promote_and_publish, validate_evaluation
+
+    cfg = _config(args)
+    lake = open_lake(args.lake)
+    generation = latest_generation(lake, cfg.model.name, args.date, args.generation_run)
+    evaluated = evaluate(lake, generation, cfg, run_id=args.run_id or new_run_id())
+    if args.no_gate:
+        return {"command": "evaluate", **evaluated, "published": False}
+    gate = validate_evaluation(lake, evaluated, cfg.evaluate_gate)
+    return {"command": "evaluate", **evaluated, "gate": gate["result_uri"], "published": True,
+            **promote_and_publish(lake, evaluated, cfg)}
+
+
 def cmd_registry(args: argparse.Namespace) -> dict:
     """List versions and aliases; promote a version to production; roll production back."""
     from aigc.registry import Registry
@@ -264,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
         CuratedGateThresholds,
         DeployConfig,
         DeployGateThresholds,
+        EvaluateConfig,
+        EvaluationGateThresholds,
         GenerateConfig,
         GenerateGateThresholds,
         ModelConfig,
@@ -327,6 +346,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-gate", action="store_true", help="stop before gate 4 and publishing")
     for section, cls in (("generate", GenerateConfig), ("batching", BatchingConfig),
                          ("generate_gate", GenerateGateThresholds)):
+        _add_config_flags(p, section, cls)
+    _add_config_flags(p, "model", ModelConfig, only=("name",))
+
+    p = command("evaluate", cmd_evaluate, "evaluate the date's generated content; gate 5; promote and publish")
+    p.add_argument("--generation-run", default=None, help="the generation run to evaluate (default: the newest)")
+    p.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--no-gate", action="store_true", help="stop before gate 5 (nothing promoted or published)")
+    for section, cls in (("evaluate", EvaluateConfig), ("evaluate_gate", EvaluationGateThresholds)):
         _add_config_flags(p, section, cls)
     _add_config_flags(p, "model", ModelConfig, only=("name",))
 

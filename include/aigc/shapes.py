@@ -93,3 +93,18 @@ def png_bytes(img: Image.Image) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return buf.getvalue()
+
+
+_PHRASE_PLACE = {v: k for k, v in _PLACE_PHRASE.items()}
+
+
+def parse_caption(caption: str) -> dict[str, str] | None:
+    """The attributes a caption of this grammar asks for; None for a caption outside it."""
+    words = caption.lower().split()
+    if len(words) < 5 or words[0] != "a":
+        return None
+    size, colour, shape, place = words[1], words[2], words[3], " ".join(words[4:])
+    position = _PHRASE_PLACE.get(place) or (place[len("in the "):] if place.startswith("in the ") else None)
+    if size not in SIZES or colour not in COLOURS or shape not in SHAPES or position not in POSITIONS:
+        return None
+    return {"colour": colour, "shape": shape, "size": size, "position": position}

@@ -36,7 +36,14 @@ def _generate_gate(lake, cfg, generated: dict) -> dict:
     return validate_generation(lake, generated, cfg, cfg.generate_gate)
 
 
-GATES = {"curated": _curated_gate, "training": _training_gate, "deploy": _deploy_gate, "generate": _generate_gate}
+def _evaluation_gate(lake, cfg, evaluated: dict) -> dict:
+    from aigc.quality.evaluation import validate_evaluation
+
+    return validate_evaluation(lake, evaluated, cfg.evaluate_gate)
+
+
+GATES = {"curated": _curated_gate, "training": _training_gate, "deploy": _deploy_gate, "generate": _generate_gate,
+         "evaluation": _evaluation_gate}
 
 
 class QualityGateOperator(BaseOperator):

@@ -108,6 +108,8 @@ PARAM_FIELDS = {
     "generate_shards": ("generate", "shards"),
     "budget_mb": ("batching", "budget_mb"),
     "budget_fraction": ("batching", "budget_fraction"),
+    "min_alignment": ("evaluate_gate", "min_alignment"),
+    "max_fid": ("evaluate_gate", "max_fid"),
 }
 
 

@@ -72,10 +72,18 @@ def test_stage_four_fans_out_generation_as_mapped_tasks(dagbag):
     assert down["gate_deploy"] == {"plan_generation"}
     assert down["plan_generation"] >= {"shards_of", "generate_shard", "finish_generation"}
     assert down["generate_shard"] == {"finish_generation"}
-    assert down["finish_generation"] == {"gate_generate", "publish_generations"}
-    assert down["gate_generate"] == {"publish_generations"}
+    assert down["finish_generation"] == {"gate_generate", "evaluate"}
+    assert down["gate_generate"] == {"evaluate"}
     assert type(dag.get_task("generate_shard")).__name__.endswith("MappedOperator")
-    assert [a.name for a in dag.get_task("publish_generations").outlets] == ["aigc_generations"]
+
+
+def test_stage_five_evaluates_gates_then_publishes_and_promotes(dagbag):
+    dag = dagbag.dags["aigc_pipeline"]
+    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
+    assert down["evaluate"] == {"gate_evaluation", "publish_content"}
+    assert down["gate_evaluation"] == {"publish_content"}
+    assert down["publish_content"] == set()
+    assert [a.name for a in dag.get_task("publish_content").outlets] == ["aigc_generations", "aigc_evaluations"]
 
 
 def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):

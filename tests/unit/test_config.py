@@ -104,10 +104,10 @@ def test_override_rejects_an_unknown_field_listing_the_known_ones():
 
 def test_override_rejects_an_unknown_section_listing_the_known_ones():
     with pytest.raises(ValueError) as err:
-        PipelineConfig().override({"evaluate": {"epochs": 3}})
+        PipelineConfig().override({"serve": {"epochs": 3}})
     message = str(err.value)
-    assert "'evaluate'" in message
-    for section in ("raw", "prepare", "curated_gate", "model", "train", "train_gate"):
+    assert "'serve'" in message
+    for section in ("raw", "prepare", "curated_gate", "model", "train", "train_gate", "generate", "evaluate"):
         assert section in message, f"the message should list the known sections: {message}"
 
 
@@ -127,10 +127,11 @@ def test_demo_preset_is_small_and_differs_only_where_documented():
     assert (demo.raw.n, demo.prepare.workers, demo.curated_gate.min_rows) == (2_000, 2, 500)
     assert demo.raw.n < default.raw.n and demo.curated_gate.min_rows < default.curated_gate.min_rows
     assert demo.curated_gate.min_rows <= demo.raw.n  # a clean demo drop can pass its gate
-    assert demo.train.steps < default.train.steps
+    assert demo.generate.prompts < default.generate.prompts
     assert demo.override({"raw": {"n": default.raw.n}, "prepare": {"workers": 0},
                           "curated_gate": {"min_rows": 1000},
-                          "train": {"steps": 1500, "eval_every": 250, "checkpoint_every": 250}}) == default
+                          "train": {"steps": 1500, "eval_every": 250, "checkpoint_every": 250},
+                          "generate": {"prompts": 512, "shards": 4}}) == default
 
 
 def test_an_unknown_preset_names_the_choices():

@@ -17,9 +17,14 @@ def long_tailed_lengths(n=400, seed=0):
     return [min(512, int(8 + rng.paretovariate(1.3) * 8)) for _ in range(n)]
 
 
-def echo_runner(lengths, accountant, calls):
+def echo_runner(lengths, accountant, calls, overhead_s=0.0):
+    """``overhead_s`` per call makes bigger batches reliably faster per item (as a real launch cost does),
+    so growth is driven by throughput, not by timer noise."""
+    import time
+
     def run(batch):
         accountant.check([lengths[i] for i in batch])
+        time.sleep(overhead_s)
         calls.append(list(batch))
         return [f"out-{i}" for i in batch]
     return run
@@ -64,8 +69,8 @@ def test_a_too_small_budget_shrinks_batches_until_they_fit_then_learns():
     accountant = SimulatedOOM(truth=truth, capacity_bytes=capacity)
     calls = []
     model = MemoryModel(width=WIDTH)
-    batcher = AdaptiveBatcher(echo_runner(lengths, accountant, calls), lengths, model, lambda: capacity,
-                              max_batch=64, sleep=lambda s: None)
+    batcher = AdaptiveBatcher(echo_runner(lengths, accountant, calls, overhead_s=0.002), lengths, model,
+                              lambda: capacity, max_batch=64, sleep=lambda s: None)
     results, report = batcher()
     assert len(results) == 200 and sorted(i for c in calls for i in c) == list(range(200))
     assert all(len(c) <= 10 for c in calls)  # no successful batch exceeded the real capacity

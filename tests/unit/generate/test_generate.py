@@ -7,24 +7,13 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from aigc.config import BatchingConfig, DeployConfig, DeployGateThresholds, GenerateConfig, PipelineConfig
+from aigc.config import BatchingConfig, GenerateConfig, PipelineConfig
 from aigc.generate import run as gen_run
 from aigc.generate.prompts import BadPrompts, load_prompts, prompts_key
-from aigc.quality.deploy import smoke_test
 from aigc.quality.gate import GateFailed
 from aigc.quality.generation import validate_generation
-from aigc.registry.deploy import build_variants, register_trained
 from aigc.registry.loader import Generator
 from tests.training_fixtures import DATE, tiny_config
-
-
-@pytest.fixture
-def deployed_lake(trained_lake):
-    version = register_trained(trained_lake, "shapes-cvae", DATE)["version"]
-    build_variants(trained_lake, "shapes-cvae", version,
-                   DeployConfig(variants="fp32,bf16", smoke_prompts=4, latency_batch=4, latency_repeats=1))
-    smoke_test(trained_lake, "shapes-cvae", version, DeployGateThresholds(max_latency_ms=1e6, max_pixel_mae=0.0), DATE)
-    return trained_lake
 
 
 def config(**generate) -> PipelineConfig:
