@@ -23,6 +23,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, get_current_context, task
 
+from aigc_airflow.evaluate_operator import EvaluateOperator
 from aigc_airflow.operators import QualityGateOperator
 from aigc_airflow.train_operator import DistributedTrainOperator
 
@@ -216,14 +217,6 @@ def aigc_pipeline():
         _context, cfg, lake, _date = _run_config()
         return finish(lake, plan, cfg)
 
-    @task
-    def evaluate(finished: dict) -> dict:
-        from aigc.evaluate.run import evaluate as run_evaluation
-        from aigc_airflow.runtime import dag_run_scoped_id
-
-        context, cfg, lake, _date = _run_config()
-        return run_evaluation(lake, finished, cfg, run_id=dag_run_scoped_id(context, cfg, "evaluate"))
-
     @task(outlets=[GENERATIONS, EVALUATIONS])
     def publish_content(evaluated: dict) -> dict:
         from aigc.quality.evaluation import promote_and_publish
@@ -236,8 +229,9 @@ def aigc_pipeline():
     shards = generate_shard.partial(plan=plan).expand(shard=shards_of(plan))
     finished = finish_generation(plan, shards)
     gate_generate = QualityGateOperator(task_id="gate_generate", gate="generate", prepared=finished)
-    evaluated = evaluate(finished)
-    gate_generate >> evaluated
+    evaluate = EvaluateOperator(task_id="evaluate", generation=finished)
+    evaluated = evaluate.output
+    gate_generate >> evaluate
     gate_evaluation = QualityGateOperator(task_id="gate_evaluation", gate="evaluation", prepared=evaluated)
     gate_evaluation >> publish_content(evaluated)
 

@@ -41,3 +41,13 @@ def test_on_kill_stops_the_launched_group_and_its_children():
     assert proc.poll() is not None
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
+
+
+def test_the_evaluate_task_links_to_its_report():
+    from aigc_airflow.evaluate_operator import EvaluateOperator, ReportLink
+
+    op = EvaluateOperator(task_id="evaluate", generation={})
+    assert [type(link) for link in op.operator_extra_links] == [ReportLink]
+    assert ReportLink().get_link(op, ti_key=None) == ""
+    op.report_uri = "s3://lake/evaluations/shapes-cvae/dt=2026-11-28/run=x/report.html"
+    assert ReportLink().get_link(op, ti_key=None) == op.report_uri

@@ -1,0 +1,42 @@
+"""EvaluateOperator: stage 5 from a task, with an extra link from the task to its report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, BaseOperatorLink
+
+from aigc_airflow.runtime import dag_run_scoped_id, open_task_lake, pipeline_config
+
+
+class ReportLink(BaseOperatorLink):
+    """'Evaluation report' on the task: the report's URI in the lake (the AIGC view serves it over HTTP)."""
+
+    name = "Evaluation report"
+
+    def get_link(self, operator: BaseOperator, *, ti_key) -> str:
+        # Evaluated when the task finishes, on the same operator instance that ran execute().
+        return getattr(operator, "report_uri", "") or ""
+
+
+class EvaluateOperator(BaseOperator):
+    """Measure the day's generation run (``generation``: stage 4's summary) and write the report."""
+
+    template_fields: Sequence[str] = ("generation",)
+    operator_extra_links = (ReportLink(),)
+    ui_color = "#e8eefc"
+
+    def __init__(self, *, generation: Any, **kwargs):
+        super().__init__(**kwargs)
+        self.generation = generation
+        self.report_uri: str | None = None
+
+    def execute(self, context) -> dict:
+        from aigc.evaluate.run import evaluate
+
+        cfg = pipeline_config(context["params"])
+        summary = evaluate(open_task_lake(), self.generation, cfg, run_id=dag_run_scoped_id(context, cfg, "evaluate"))
+        self.report_uri = summary["report_uri"]
+        self.log.info("evaluation report: %s", self.report_uri)
+        return summary
