@@ -191,12 +191,19 @@ def aigc_pipeline():
 
     @task
     def plan_generation() -> dict:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from aigc.generate.prompts import BadPrompts
+        from aigc.generate.run import VariantNotEligible
         from aigc.generate.run import plan_generation as plan_run
         from aigc_airflow.runtime import dag_run_scoped_id
 
         context, cfg, lake, date = _run_config()
-        return plan_run(lake, date, cfg, run_id=dag_run_scoped_id(context, cfg, "generate"),
-                        demo_prompts=context["params"]["synthetic_drop"])
+        try:
+            return plan_run(lake, date, cfg, run_id=dag_run_scoped_id(context, cfg, "generate"),
+                            demo_prompts=context["params"]["synthetic_drop"])
+        except (BadPrompts, VariantNotEligible) as e:  # a retry would find the same: fail now, say why
+            raise AirflowFailException(str(e)) from e
 
     @task
     def shards_of(plan: dict) -> list[dict]:

@@ -118,12 +118,33 @@ def test_dag_prepares_a_producers_drop_once_its_marker_exists(airflow_env, tmp_p
 
     lake = open_lake(str(tmp_path / "lake"))
     make_raw_drop(lake.sub("raw/shapes"), "2026-11-25", RawDropConfig(n=300, seed=5))  # the "producer"
+    prompts = [{"prompt_id": f"req-{i}", "prompt": p, "seed": i} for i, p in enumerate(
+        ["a small red circle on the left", "a large blue square at the top", "a medium green triangle in the center",
+         "a small black square with gore"])]  # the last one must be refused
+    lake.put_bytes("prompts/shapes/dt=2026-11-25/prompts.jsonl",
+                   "".join(json.dumps(p) + "\n" for p in prompts).encode())
     marker = lake.get_bytes("raw/shapes/dt=2026-11-25/_SUCCESS")
     env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}
     rc, log = dags_test(env, "2026-11-25", {**CONF, "synthetic_drop": False})
     assert rc == 0, log[-4000:]
     assert lake.get_bytes("raw/shapes/dt=2026-11-25/_SUCCESS") == marker  # prepared as dropped, not regenerated
     assert_published(lake, "2026-11-25")
+    generated = resolve(lake, partition("generations", "shapes-cvae", "2026-11-25"))
+    manifest = lake.get_json(f"{generated['run_prefix']}/_MANIFEST.json")
+    assert (manifest["rows"], manifest["generated"], manifest["refused"]) == (4, 3, 1)  # the producer's prompts
+
+
+def test_missing_prompts_fail_planning_at_once_with_the_reason(airflow_env, tmp_path):
+    from aigc.config import RawDropConfig
+    from aigc.prepare import make_raw_drop
+
+    lake = open_lake(str(tmp_path / "lake"))
+    make_raw_drop(lake.sub("raw/shapes"), "2026-11-24", RawDropConfig(n=300, seed=6))
+    env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}
+    rc, log = dags_test(env, "2026-11-24", {**CONF, "synthetic_drop": False})
+    assert rc != 0 or "state=failed" in log
+    assert "no prompt file at" in log and "prompts/shapes/dt=2026-11-24/prompts.jsonl" in log
+    assert "up_for_retry" not in log  # a missing input is not retried
 
 
 def test_a_failing_gate_fails_the_run_and_publishes_nothing(airflow_env, tmp_path):

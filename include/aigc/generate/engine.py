@@ -6,6 +6,7 @@ import contextlib
 import logging
 import math
 import time
+import zlib
 
 import torch
 
@@ -67,7 +68,9 @@ class ShardEngine:
 
         b = self.cfg.batching
         lengths = [len(words(prompts[i]["prompt"])) for i in todo]
-        faults = SimulatedOOM(rate=b.oom_rate, seed=hash(self.plan["run_id"]) & 0xFFFF) if b.oom_rate else None
+        # A stable seed (not hash(), which changes per process): the same run injects the same faults.
+        seed = zlib.crc32(f"{self.plan['run_id']}/{prompts[0]['prompt_id'] if prompts else ''}".encode())
+        faults = SimulatedOOM(rate=b.oom_rate, seed=seed) if b.oom_rate else None
         probe = DeviceProbe(self.device, budget_fraction=b.budget_fraction,
                             safety_margin_bytes=b.safety_margin_mb << 20, budget_bytes=b.budget_mb << 20)
         r, c = self.gen.config.resolution, self.gen.config.channels

@@ -36,8 +36,8 @@ def rows_of(lake, plan):
 
 
 def test_injected_oom_still_answers_every_prompt_exactly_once_then_the_gate_passes(deployed_lake):
-    cfg = dataclasses.replace(config(), batching=BatchingConfig(oom_rate=0.3, backoff_s=0.0, backoff_max_s=0.0))
-    plan, entries, summary = run_all(deployed_lake, cfg)
+    cfg = dataclasses.replace(config(), batching=BatchingConfig(oom_rate=0.5, backoff_s=0.0, backoff_max_s=0.0))
+    plan, entries, summary = run_all(deployed_lake, cfg, run_id="20261120T000000000000Z-oom001")  # fixed faults
     rows = rows_of(deployed_lake, plan)
     ids = [r["prompt_id"] for r in rows]
     assert len(ids) == len(set(ids)) == 44 and summary["rows"] == 44
