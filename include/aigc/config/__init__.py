@@ -1,0 +1,90 @@
+"""Typed configuration: one dataclass per concern, checked on construction, named presets.
+
+Errors name the field, the value and the allowed range, so a bad trigger-form value or CLI
+flag is fixed from the message alone.
+"""
+
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from aigc.config._checks import RESOLUTIONS
+from aigc.config.data import CuratedGateThresholds, PrepareConfig, RawDropConfig
+from aigc.config.evaluation import EvaluateConfig, EvaluationGateThresholds
+from aigc.config.serving import (
+    VARIANTS,
+    BatchingConfig,
+    DeployConfig,
+    DeployGateThresholds,
+    GenerateConfig,
+    GenerateGateThresholds,
+)
+from aigc.config.training import GRAD_COMPRESSIONS, PRECISIONS, ModelConfig, TrainConfig, TrainingGateThresholds
+
+__all__ = [
+    "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "RESOLUTIONS", "VARIANTS", "BatchingConfig", "CuratedGateThresholds",
+    "DeployConfig", "DeployGateThresholds", "EvaluateConfig", "EvaluationGateThresholds", "GenerateConfig",
+    "GenerateGateThresholds", "ModelConfig", "PipelineConfig", "PrepareConfig", "RawDropConfig", "TrainConfig",
+    "TrainingGateThresholds", "preset",
+]
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Every stage's settings; the DAG's trigger form and the CLI override single fields."""
+
+    raw: RawDropConfig = field(default_factory=RawDropConfig)
+    prepare: PrepareConfig = field(default_factory=PrepareConfig)
+    curated_gate: CuratedGateThresholds = field(default_factory=CuratedGateThresholds)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    train_gate: TrainingGateThresholds = field(default_factory=TrainingGateThresholds)
+    deploy: DeployConfig = field(default_factory=DeployConfig)
+    deploy_gate: DeployGateThresholds = field(default_factory=DeployGateThresholds)
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    generate_gate: GenerateGateThresholds = field(default_factory=GenerateGateThresholds)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    evaluate_gate: EvaluationGateThresholds = field(default_factory=EvaluationGateThresholds)
+
+    def override(self, changes: dict[str, dict[str, Any]]) -> PipelineConfig:
+        """``{"raw": {"n": 500}}`` → a new config; unknown sections or fields are an error."""
+        updated = {}
+        for section, values in changes.items():
+            sections = [f.name for f in dataclasses.fields(self)]
+            if section not in sections:
+                raise ValueError(f"unknown config section {section!r}; known: {sections}")
+            current = getattr(self, section)
+            known = {f.name for f in dataclasses.fields(current)}
+            unknown = set(values) - known
+            if unknown:
+                raise ValueError(f"unknown {section} setting(s) {sorted(unknown)}; known: {sorted(known)}")
+            updated[section] = dataclasses.replace(current, **values)
+        return dataclasses.replace(self, **updated)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _demo() -> PipelineConfig:
+    # Small enough for the whole pipeline to run in minutes on 2 CPU cores.
+    return PipelineConfig().override(
+        {"raw": {"n": 2_000}, "prepare": {"workers": 2}, "curated_gate": {"min_rows": 500},
+         # ~3.5 min on 2 cores with 2 processes: validation loss 0.19 → 0.004 per pixel, and all-attributes
+         # alignment ≈ 0.85 (300 steps reach only ≈ 0.30, below gate 5's 0.8).
+         "train": {"steps": 1500, "eval_every": 500, "checkpoint_every": 500},
+         "generate": {"prompts": 128, "shards": 2}}
+    )
+
+
+PRESETS = {"default": PipelineConfig, "demo": _demo}
+
+
+def preset(name: str) -> PipelineConfig:
+    try:
+        return PRESETS[name]()
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}") from None

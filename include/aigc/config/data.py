@@ -1,0 +1,106 @@
+"""Stage 1 settings: the synthetic raw drop, preparation, and gate 1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aigc.config._checks import RESOLUTIONS, _check_order, _check_range
+
+
+@dataclass(frozen=True)
+class RawDropConfig:
+    """The synthetic raw drop (``aigc make-raw``): a realistic, dirty image–caption drop."""
+
+    n: int = 20_000
+    """Records in the drop, dirt included."""
+    seed: int = 0
+    """Everything in the drop is a function of the seed (and the date)."""
+    resolution: int = 32
+    """Side of the square PNGs, in pixels."""
+    dirt_rate: float = 0.12
+    """Fraction of records that carry one kind of dirt (spread over every kind)."""
+    source: str = "shapes"
+    """Producer name: the drop lands under ``raw/<source>/dt=<date>/``."""
+    records_per_file: int = 5_000
+    """JSONL records per file, as producers roll their files."""
+
+    def __post_init__(self) -> None:
+        _check_range(self, "n", 0, 50_000_000)
+        _check_range(self, "dirt_rate", 0.0, 1.0)
+        _check_range(self, "records_per_file", 1, 10_000_000)
+        if self.resolution not in RESOLUTIONS:
+            raise ValueError(f"RawDropConfig.resolution must be one of {RESOLUTIONS}, got {self.resolution!r}")
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """Stage 1: decode, verify, normalise, filter, deduplicate and shard a raw drop."""
+
+    dataset: str = "shapes"
+    """Curated dataset name: output under ``curated/<dataset>/dt=<date>/``."""
+    resolution: int = 32
+    """Curated images are RGB squares of this side; other sizes within limits are resized."""
+    min_side: int = 8
+    """Images with a side below this are quarantined (``image_too_small``)."""
+    max_side: int = 4096
+    """Images with a side above this are quarantined (``image_too_large``)."""
+    max_image_pixels: int = 16_777_216
+    """Decompression-bomb guard: width × height above this is refused before decoding."""
+    max_image_bytes: int = 8 * 1024 * 1024
+    """Encoded images larger than this are refused before decoding."""
+    min_caption_chars: int = 3
+    max_caption_chars: int = 512
+    """Captions are quarantined, not truncated, past this: cutting changes their meaning."""
+    blocklist: str | None = None
+    """A file of blocked terms, one per line; None uses the list shipped in the package."""
+    near_dup_threshold: float = 0.7
+    """Jaccard similarity (MinHash estimate) of caption words + covered cells that makes two records candidates."""
+    near_dup_num_perm: int = 64
+    """MinHash permutations: more is more exact and slower."""
+    near_dup_image_distance: float = 6.0
+    """…and near-duplicates only if no cell of their 8×8 RGB thumbnails differs by more (0–255)."""
+    shard_target_bytes: int = 64 * 1024 * 1024
+    """A Parquet shard is closed once it holds about this many bytes."""
+    row_group_rows: int = 2048
+    row_group_bytes: int = 8 * 1024 * 1024
+    """A row group is written once it holds this many bytes, even before row_group_rows."""
+    workers: int = 0
+    """Decoding processes; 0 means one per CPU core."""
+    window: int = 4096
+    """Records in flight at once: bounds memory whatever the drop size."""
+
+    def __post_init__(self) -> None:
+        if self.resolution not in RESOLUTIONS:
+            raise ValueError(f"PrepareConfig.resolution must be one of {RESOLUTIONS}, got {self.resolution!r}")
+        _check_range(self, "min_side", 1, 65_536)
+        _check_range(self, "max_side", 1, 65_536)
+        _check_order(self, "min_side", "max_side")
+        _check_range(self, "max_image_pixels", 1, 1 << 31)
+        _check_range(self, "max_image_bytes", 1, 1 << 31)
+        _check_range(self, "min_caption_chars", 1, 100_000)
+        _check_range(self, "max_caption_chars", 1, 100_000)
+        _check_order(self, "min_caption_chars", "max_caption_chars")
+        _check_range(self, "near_dup_threshold", 0.05, 1.0)
+        _check_range(self, "near_dup_num_perm", 16, 1024)
+        _check_range(self, "near_dup_image_distance", 0.0, 255.0)
+        _check_range(self, "shard_target_bytes", 64 * 1024, 4 << 30)
+        _check_range(self, "row_group_rows", 16, 1_000_000)
+        _check_range(self, "row_group_bytes", 64 * 1024, 1 << 30)
+        _check_range(self, "workers", 0, 256)
+        _check_range(self, "window", 16, 1_000_000)
+
+
+@dataclass(frozen=True)
+class CuratedGateThresholds:
+    """Gate 1 (prepare → train): what a curated partition must satisfy to be published."""
+
+    min_rows: int = 1000
+    max_quarantine_ratio: float = 0.5
+    """Quarantined / input records, over all reasons."""
+    max_reason_ratio: float = 0.2
+    """Quarantined / input records for any single reason: one broken producer shows up here."""
+
+    def __post_init__(self) -> None:
+        _check_range(self, "min_rows", 0, 1 << 40)
+        _check_range(self, "max_quarantine_ratio", 0.0, 1.0)
+        _check_range(self, "max_reason_ratio", 0.0, 1.0)

@@ -1,0 +1,140 @@
+"""Stages 3 and 4 settings: variants and gate 3; adaptive batching, generation and gate 4."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aigc.config._checks import _check_range
+
+VARIANTS = ("fp32", "bf16", "pruned", "onnx", "int8")
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """Stage 3: which optimised variants to build and how to measure them."""
+
+    variants: str = "fp32,bf16,pruned,onnx,int8"
+    """Comma-separated: fp32 (the baseline, always built), bf16, pruned, onnx (ONNX Runtime fp32),
+    int8 (ONNX Runtime, static post-training quantization)."""
+    sparsity: float = 0.5
+    """Pruned variant: fraction of conv/linear weights set to zero (smallest magnitude first)."""
+    smoke_prompts: int = 32
+    """Fixed prompts (from the reference grammar, seeded) every variant generates for comparison."""
+    seed: int = 1234
+    calibration_samples: int = 256
+    """Curated captions fed through the graph to calibrate INT8 activation ranges."""
+    latency_batch: int = 64
+    """The larger batch at which latency per sample is measured (batch 1 is always measured)."""
+    latency_repeats: int = 7
+    """Timed repeats per latency figure; the median is recorded."""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.variant_list) - set(VARIANTS)
+        if unknown or not self.variant_list:
+            raise ValueError(f"DeployConfig.variants must list some of {VARIANTS}, got {self.variants!r}")
+        _check_range(self, "sparsity", 0.0, 0.99)
+        _check_range(self, "smoke_prompts", 1, 100_000)
+        _check_range(self, "calibration_samples", 1, 1_000_000)
+        _check_range(self, "latency_batch", 1, 1 << 16)
+        _check_range(self, "latency_repeats", 1, 1000)
+
+    @property
+    def variant_list(self) -> list[str]:
+        names = [v.strip() for v in self.variants.split(",") if v.strip()]
+        return ["fp32", *[v for v in names if v != "fp32"]]  # the baseline first, always
+
+
+@dataclass(frozen=True)
+class DeployGateThresholds:
+    """Gate 3 (deploy → generate): the smoke test every variant takes; fp32 must pass it."""
+
+    max_latency_ms: float = 100.0
+    """Per sample, at batch 1 (≈4 ms for the demo model on one idle core; the margin absorbs a busy host)."""
+    max_pixel_mae: float = 6.0
+    """Mean absolute difference from the fp32 images on the fixed prompts, in 0–255 levels."""
+    min_image_std: float = 2.0
+    """Images must not be flat: the mean per-image standard deviation of pixel values (0–255)."""
+
+    def __post_init__(self) -> None:
+        _check_range(self, "max_latency_ms", 0.0, 1e7)
+        _check_range(self, "max_pixel_mae", 0.0, 255.0)
+        _check_range(self, "min_image_std", 0.0, 255.0)
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    """Stage 4's adaptive batcher (``aigc.batching``): memory is a ceiling, throughput decides the size."""
+
+    budget_fraction: float = 0.8
+    """Of the device's free memory (pynvml on GPUs; cgroup/psutil on CPU)."""
+    budget_mb: int = 0
+    """A fixed budget instead of the probe (0: probe)."""
+    safety_margin_mb: int = 256
+    grow: float = 1.2
+    shrink: float = 0.7
+    max_batch: int = 256
+    max_retries: int = 8
+    """Out-of-memory retries of a single item before it is reported as too large."""
+    backoff_s: float = 0.05
+    backoff_max_s: float = 2.0
+    jitter: float = 0.5
+    tolerance: float = 0.03
+    """Relative items/s change that counts as better or worse when growing."""
+    oom_rate: float = 0.0
+    """Fault injection (tests, benchmarks): raise out-of-memory at this rate."""
+
+    def __post_init__(self) -> None:
+        _check_range(self, "budget_fraction", 0.01, 1.0)
+        _check_range(self, "budget_mb", 0, 1 << 30)
+        _check_range(self, "safety_margin_mb", 0, 1 << 30)
+        _check_range(self, "grow", 1.0, 10.0)
+        _check_range(self, "shrink", 0.01, 0.99)
+        _check_range(self, "max_batch", 1, 1 << 20)
+        _check_range(self, "max_retries", 0, 1000)
+        _check_range(self, "backoff_s", 0.0, 60.0)
+        _check_range(self, "backoff_max_s", 0.0, 3600.0)
+        _check_range(self, "jitter", 0.0, 1.0)
+        _check_range(self, "tolerance", 0.0, 1.0)
+        _check_range(self, "oom_rate", 0.0, 0.9)
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """Stage 4: which prompts, which model variant, how many mapped shards."""
+
+    variant: str = "int8"
+    """The candidate's variant to generate with; it must have passed gate 3."""
+    model_ref: str = "candidate"
+    """Registry alias or version to generate with."""
+    prompts: int = 512
+    """Demo prompt set: this many held-out captions (when no prompt file was dropped)."""
+    blocked_prompts: int = 8
+    """…plus this many prompts with blocked terms, which must be refused."""
+    shards: int = 4
+    """Mapped tasks (one per shard)."""
+    seed: int = 0
+    max_prompt_chars: int = 512
+    gallery_images: int = 64
+    """Images per gallery PNG (a grid)."""
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"GenerateConfig.variant must be one of {VARIANTS}, got {self.variant!r}")
+        _check_range(self, "prompts", 1, 10_000_000)
+        _check_range(self, "blocked_prompts", 0, 1_000_000)
+        _check_range(self, "shards", 1, 4096)
+        _check_range(self, "max_prompt_chars", 1, 100_000)
+        _check_range(self, "gallery_images", 1, 4096)
+
+
+@dataclass(frozen=True)
+class GenerateGateThresholds:
+    """Gate 4 (generate → evaluate)."""
+
+    max_blank_fraction: float = 0.02
+    """Generated images whose pixel standard deviation is below blank_std count as blank."""
+    blank_std: float = 2.0
+
+    def __post_init__(self) -> None:
+        _check_range(self, "max_blank_fraction", 0.0, 1.0)
+        _check_range(self, "blank_std", 0.0, 255.0)

@@ -1,0 +1,142 @@
+"""Stage 2 settings: the generator, its distributed training, and gate 2."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aigc.config._checks import RESOLUTIONS, _check_range
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Stage 2's generator: a conditional VAE (``aigc.models.cvae``) sized by these numbers."""
+
+    name: str = "shapes-cvae"
+    """Model name: training output under ``training/<name>/``, registry under ``models/<name>/``."""
+    resolution: int = 32
+    """Side of the generated images; curated images of another side are resized to it."""
+    channels: int = 16
+    """Width of the first conv level; each level down doubles it (up to 8×).
+    16 trains ~3× faster than 32 on 2 CPU cores."""
+    latent_dim: int = 16
+    text_dim: int = 64
+    max_tokens: int = 16
+    """Caption words the encoder reads; longer captions are cut."""
+    kl_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.resolution not in RESOLUTIONS:
+            raise ValueError(f"ModelConfig.resolution must be one of {RESOLUTIONS}, got {self.resolution!r}")
+        _check_range(self, "channels", 4, 512)
+        _check_range(self, "latent_dim", 1, 1024)
+        _check_range(self, "text_dim", 8, 1024)
+        if self.text_dim % 4:
+            raise ValueError(f"ModelConfig.text_dim must be a multiple of 4 (attention heads), got {self.text_dim}")
+        _check_range(self, "max_tokens", 1, 512)
+        _check_range(self, "kl_weight", 0.0, 100.0)
+
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Stage 2: DDP training under torchrun. Batch sizes are global, so 1 and N processes train alike."""
+
+    window_days: int = 3
+    """Train on the published curated partitions of the last this-many days, ending at the run's date."""
+    steps: int = 1500
+    """Optimizer steps in all (over as many epochs as that takes)."""
+    batch_size: int = 64
+    """Samples per optimizer step over all ranks: micro_batch × grad_accum × world size."""
+    grad_accum: int = 1
+    """Micro-steps per optimizer step; DDP all-reduces only on the last one."""
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    clip_grad_norm: float = 1.0
+    precision: str = "auto"
+    """auto (bf16 on a GPU that has it, else fp32), fp32, bf16 (autocast, CPU or GPU), fp16 (GPU, GradScaler)."""
+    grad_compression: str = "none"
+    """DDP communication hook: compress gradients to fp16/bf16 for the all-reduce."""
+    val_fraction: float = 0.05
+    val_max: int = 512
+    eval_every: int = 250
+    checkpoint_every: int = 250
+    health_every: int = 10
+    """Gather every rank's local gradient norm (before the all-reduce) this often."""
+    health_k: float = 5.0
+    """A rank whose local norm exceeds k × the median of all ranks is flagged."""
+    prefetch_batches: int = 8
+    cache_bytes: int = 2 << 30
+    """Decoded images each rank keeps in memory (whole shards, least recently used dropped first)."""
+    seed: int = 0
+    nproc: int = 2
+    """Processes per node (torchrun --nproc-per-node)."""
+    nnodes: str = "1"
+    """torchrun --nnodes: a count or a MIN:MAX range (elastic)."""
+    rdzv_endpoint: str = ""
+    """host:port of the c10d rendezvous for several nodes; empty: a single node (--standalone)."""
+    threads: int = 0
+    """Intra-op threads per process; 0 shares the CPU cores among the local processes."""
+    timeout_s: int = 6 * 3600
+
+    def __post_init__(self) -> None:
+        _check_range(self, "window_days", 1, 366)
+        _check_range(self, "steps", 1, 10_000_000)
+        _check_range(self, "batch_size", 1, 1 << 20)
+        _check_range(self, "grad_accum", 1, 1024)
+        _check_range(self, "lr", 1e-7, 10.0)
+        _check_range(self, "min_lr_ratio", 0.0, 1.0)
+        _check_range(self, "warmup_steps", 0, 10_000_000)
+        _check_range(self, "weight_decay", 0.0, 10.0)
+        _check_range(self, "clip_grad_norm", 0.0, 1e6)
+        for name, allowed in (("precision", PRECISIONS), ("grad_compression", GRAD_COMPRESSIONS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"TrainConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        _check_range(self, "val_fraction", 0.0, 0.5)
+        _check_range(self, "val_max", 1, 1_000_000)
+        _check_range(self, "eval_every", 1, 10_000_000)
+        _check_range(self, "checkpoint_every", 1, 10_000_000)
+        _check_range(self, "health_every", 1, 10_000_000)
+        _check_range(self, "health_k", 1.0, 1e6)
+        _check_range(self, "prefetch_batches", 1, 1024)
+        _check_range(self, "cache_bytes", 1 << 20, 1 << 40)
+        _check_range(self, "nproc", 1, 1024)
+        _check_range(self, "threads", 0, 1024)
+        _check_range(self, "timeout_s", 1, 30 * 86400)
+        if not all(p.isdigit() and int(p) >= 1 for p in self.nnodes.split(":", 1)):
+            raise ValueError(f"TrainConfig.nnodes must be N or MIN:MAX with N ≥ 1, got {self.nnodes!r}")
+        if self.nnodes != "1" and not self.rdzv_endpoint:
+            raise ValueError(f"TrainConfig.nnodes={self.nnodes!r} needs rdzv_endpoint (host:port of the rendezvous)")
+
+    def micro_batch(self, world_size: int) -> int:
+        """Samples per rank per micro-step; the global batch must split evenly."""
+        per_step = world_size * self.grad_accum
+        if self.batch_size % per_step:
+            raise ValueError(
+                f"TrainConfig.batch_size={self.batch_size} does not split over {world_size} rank(s) × "
+                f"grad_accum={self.grad_accum}; use a multiple of {per_step}")
+        return self.batch_size // per_step
+
+
+@dataclass(frozen=True)
+class TrainingGateThresholds:
+    """Gate 2 (train → deploy): what a training run must show before its model is handed on."""
+
+    max_final_val_loss: float = 0.02
+    """Validation negative ELBO per pixel at the last step."""
+    max_val_ratio: float = 0.8
+    """Final / initial validation loss: training must have learned something."""
+    max_imbalance: float = 0.05
+    """Per-rank assigned cost, max / mean − 1."""
+    max_flagged_steps: int = 0
+    """Health checks in which some rank's local gradient norm exceeded health_k × the median."""
+
+    def __post_init__(self) -> None:
+        _check_range(self, "max_final_val_loss", 0.0, 1e9)
+        _check_range(self, "max_val_ratio", 0.0, 10.0)
+        _check_range(self, "max_imbalance", 0.0, 100.0)
+        _check_range(self, "max_flagged_steps", 0, 1 << 40)
