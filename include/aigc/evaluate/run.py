@@ -140,12 +140,13 @@ def evaluate(lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) 
     with contextlib.suppress(VersionNotFound):
         production = registry.resolve("production")
     if production and production != version:
-        prod_points = _grid(lake, cfg.override({"evaluate": {"batch_policies": "adaptive"}}), production,
-                            {**registry.get(production), "smoke_test": {"eligible_variants": ["fp32"]}},
-                            scorable, checker["features"])
-        cand = next(p for p in points if p["variant"] == "fp32" and p["policy"] == "adaptive") \
-            if any(p["variant"] == "fp32" and p["policy"] == "adaptive" for p in points) else points[0]
-        regression = round(prod_points[0]["alignment"] - cand["alignment"], 4)
+        # Like for like: both models' fp32 (always eligible: gate 3 requires it) under one policy.
+        policy = e.policy_list[-1]
+        (prod,) = _grid(lake, cfg.override({"evaluate": {"batch_policies": policy}}), production,
+                        {**registry.get(production), "smoke_test": {"eligible_variants": ["fp32"]}},
+                        scorable, checker["features"])
+        cand = next(p for p in points if p["variant"] == "fp32" and p["policy"] == policy)
+        regression = round(prod["alignment"] - cand["alignment"], 4)
 
     metrics = {
         "date": date, "model": model, "version": version, "generation_run": generation["run_id"],

@@ -9,6 +9,7 @@ import time
 import zlib
 
 import torch
+from PIL import Image
 
 from aigc.batching import AdaptiveBatcher, DeviceProbe, MemoryModel
 from aigc.batching.faults import SimulatedOOM
@@ -18,6 +19,7 @@ from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join
 from aigc.models.tokenizer import words
 from aigc.prepare.checks import blocked_term
+from aigc.shapes import png_bytes
 
 log = logging.getLogger(__name__)
 LEARNED = "_BATCH_SIZES.json"  # per run: what each shard's batcher settled on, for the next shard
@@ -49,7 +51,7 @@ class ShardEngine:
                 "variant": self.plan["variant"], "latency_ms": None, "batch_size": None, "cached": False, **values}
 
     def run(self, prompts: list[dict]) -> tuple[list[dict], dict]:
-        from aigc.generate.run import _png, cache_key
+        from aigc.generate.run import cache_key
 
         rows: dict[int, dict] = {}
         todo: list[int] = []
@@ -88,7 +90,7 @@ class ShardEngine:
             per_item = (time.perf_counter() - t0) * 1000 / len(batch)
             out = []
             for j, p, pixels in zip(batch, chosen, images, strict=True):
-                png = _png(pixels)
+                png = png_bytes(Image.fromarray(pixels))
                 with contextlib.suppress(PreconditionFailed):  # filled per batch: a killed attempt's work survives
                     self.lake.put_if_absent(keys[todo[j]], png)
                 out.append(self._row(p, image=png, latency_ms=round(per_item, 4), batch_size=len(batch)))

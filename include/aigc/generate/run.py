@@ -31,6 +31,7 @@ from aigc.lake import Lake
 from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
+from aigc.shapes import png_bytes
 
 log = logging.getLogger(__name__)
 SCHEMA = pa.schema([
@@ -75,25 +76,17 @@ def cache_key(version: str, variant: str, prompt: str, seed: int, resolution: in
     return hashlib.sha256(json.dumps([version, variant, prompt, seed, resolution]).encode()).hexdigest()
 
 
-def _png(pixels) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def gallery_png(images: list[bytes], columns: int = 8, scale: int = 2) -> bytes:
     tiles = [Image.open(io.BytesIO(b)).convert("RGB") for b in images]
-    if not tiles:
-        return _png(__import__("numpy").zeros((8, 8, 3), dtype="uint8"))
+    if not tiles:  # every prompt refused: an empty (white) gallery, not a missing file
+        return png_bytes(Image.new("RGB", (16, 16), "white"))
     w, h = tiles[0].size
     rows = math.ceil(len(tiles) / columns)
     grid = Image.new("RGB", (columns * (w * scale + 2), rows * (h * scale + 2)), "white")
     for i, tile in enumerate(tiles):
         grid.paste(tile.resize((w * scale, h * scale), Image.Resampling.NEAREST),
                    ((i % columns) * (w * scale + 2), (i // columns) * (h * scale + 2)))
-    buf = io.BytesIO()
-    grid.save(buf, format="PNG")
-    return buf.getvalue()
+    return png_bytes(grid)
 
 
 def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> dict:

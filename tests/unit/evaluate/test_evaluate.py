@@ -107,3 +107,52 @@ def test_review_labels_feed_back_into_agreement(deployed_lake):
     metrics_key = f"{evaluation_prefix('shapes-cvae', DATE, second['run_id'])}/metrics.json"
     review = deployed_lake.get_json(metrics_key)["review"]
     assert review == {"queued": 6, "labelled": 6, "human_agreement": round(4 / 6, 4)}
+
+
+def test_regression_is_measured_like_for_like_against_production_and_gated(deployed_lake):
+    import torch
+
+    from aigc.config import DeployConfig, DeployGateThresholds
+    from aigc.evaluate.metrics import assess
+    from aigc.quality.deploy import smoke_test
+    from aigc.quality.training import publish_trained
+    from aigc.registry.deploy import build_variants, register_trained
+    from aigc.registry.loader import Generator
+    from aigc.train import distributed as D
+    from aigc.train.loop import train_rank
+
+    registry = Registry(deployed_lake, "shapes-cvae")
+    registry.move("production", "v0001", reason="trained for 30 steps")
+    solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
+    weak = train_rank(deployed_lake, DATE, tiny_config(steps=2, eval_every=2, checkpoint_every=2),
+                      "20261120T000000000000Z-weak01", solo)
+    publish_trained(deployed_lake, "shapes-cvae", DATE, weak["run_id"])
+    assert register_trained(deployed_lake, "shapes-cvae", DATE)["version"] == "v0002"
+    build_variants(deployed_lake, "shapes-cvae", "v0002", DeployConfig(variants="fp32", smoke_prompts=4,
+                                                                       latency_batch=4, latency_repeats=1))
+    smoke_test(deployed_lake, "shapes-cvae", "v0002", DeployGateThresholds(max_latency_ms=1e6), DATE)
+    cfg = config()
+    evaluated = evaluate(deployed_lake, generate(deployed_lake, cfg), cfg, run_id="20261120T000000000000Z-regr01")
+    prefix = evaluation_prefix("shapes-cvae", DATE, evaluated["run_id"])
+    metrics = deployed_lake.get_json(f"{prefix}/metrics.json")
+    assert metrics["version"] == "v0002" and metrics["production_before"] == "v0001"
+    # The same prompts through production's fp32: the figure the gate compares against.
+    pareto = deployed_lake.get_json(f"{prefix}/pareto.json")
+    candidate = next(p for p in pareto["points"] if p["variant"] == "fp32" and p["policy"] == "adaptive")
+    rows = [r for r in gen_run_rows(deployed_lake, evaluated) if r["status"] == "generated"][:16]
+    prod = Generator.load(deployed_lake, "shapes-cvae", "v0001")
+    images = list(prod.generate([r["prompt"] for r in rows], [r["seed"] for r in rows]).numpy())
+    expected = round(assess(images, [r["prompt"] for r in rows])["alignment"]["all"] - candidate["alignment"], 4)
+    assert metrics["regression_vs_production"] == expected
+
+    metrics["regression_vs_production"] = 0.3  # a candidate 30 points worse than production
+    deployed_lake.put_json(f"{prefix}/metrics.json", metrics)
+    with pytest.raises(GateFailed, match=r"regression_vs_production', max_value=0.02\) — 1 of 1 rows unexpected"):
+        validate_evaluation(deployed_lake, evaluated, LENIENT)
+    assert registry.aliases()["aliases"]["production"] == "v0001"
+
+
+def gen_run_rows(lake, evaluated):
+    prefix = gen_run.generation_prefix("shapes-cvae", DATE, evaluated["generation_run"])
+    manifest = lake.get_json(f"{prefix}/_MANIFEST.json")
+    return [r for s in manifest["shards"] for r in pq.read_table(io.BytesIO(lake.get_bytes(s["key"]))).to_pylist()]
