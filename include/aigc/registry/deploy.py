@@ -169,12 +169,17 @@ def _latencies(generators: dict[str, Generator], prompts: list[str], seeds: list
     for gen in generators.values():  # warm-up
         for p, s in batches.values():
             gen.generate(p, s)
+    threads = torch.get_num_threads()
     for _ in range(cfg.latency_repeats):
         for kind, gen in generators.items():
             for size, (p, s) in batches.items():
+                # One item gains nothing from a thread team, and on a busy host a team's barrier waits
+                # can multiply its time (seen here: 4 ms → 200 ms): batch 1 is timed on one thread.
+                torch.set_num_threads(1 if size == 1 else threads)
                 t0 = time.perf_counter()
                 gen.generate(p, s)
                 times[kind][size].append((time.perf_counter() - t0) * 1000 / size)
+    torch.set_num_threads(threads)
     return {kind: {"latency_ms_b1": round(statistics.median(t[1]), 4),
                    f"latency_ms_b{big}": round(statistics.median(t[big]), 4), "latency_batch": big,
                    "latency_repeats": cfg.latency_repeats}
