@@ -1,12 +1,14 @@
 """An attribute checker that reads colour, shape, size and position from pixels, independent of any generator.
 
-It knows the reference world (``aigc.shapes``): one shape on a plain light background. The
-shape is the set of pixels far from the background colour (the median of the border); then
+It knows the reference world (``aigc.shapes``): one shape on a plain light background. Each
+pixel's coverage is how far it is from the background colour (the median of the border),
+relative to the shape's own colour, so anti-aliased and blurred edges count fractionally; then
 
-* colour: the nearest palette colour to the shape's mean colour;
-* position: the grid third of the shape's centroid, per axis;
-* size: the longer side of its bounding box against the palette of sizes (midpoints);
-* shape: how much of its bounding box it fills (triangle ½, circle π/4, square 1).
+* colour: the nearest palette colour to the shape's most distinct pixels;
+* shape and size: each candidate shape is drawn, as the renderer draws it, with the area seen
+  (searching larger extents when the shape is cut by the border); the best-matching coverage
+  map names the shape, and its extent the size (nearest of the palette's sizes);
+* position: the grid third of the fitted frame's centre, per axis.
 
 Each verdict comes with a margin (how far from the nearest decision boundary, 0–1), the
 evaluator's certainty: the least certain outputs go to human review. Its accuracy on held-out
@@ -68,6 +70,34 @@ def _coverage(shape: str, cx: float, cy: float, extent: float, r: int, supersamp
     return np.asarray(canvas.resize((r, r), Image.Resampling.BOX), dtype=np.float32) / 255
 
 
+def _fit_shape(alpha: np.ndarray, area: float, cols: np.ndarray, rows: np.ndarray, r: int):
+    """(shape, extent, frame centre x, y, margin) of the template that best matches the coverage map.
+
+    Each shape is drawn with the area seen. A shape cut by the image border shows less area than
+    it has: then larger extents are searched, anchored on the edges that are not at the border;
+    a shape that merely touches the border looks cut too, so the uncut reading competes.
+    """
+    bx, by = (cols.min() + cols.max() + 1) / 2 / r, (rows.min() + rows.max() + 1) / 2 / r
+    left, right = cols.min() / r, (cols.max() + 1) / r
+    top, bottom = rows.min() / r, (rows.max() + 1) / r
+    clipped = (left <= 0, right >= 1, top <= 0, bottom >= 1)
+    fits = []
+    for name, fill in _FILL.items():
+        first = float(np.sqrt(area / fill)) / r
+        fits.append((float(np.abs(alpha - _coverage(name, bx, by, first, r)).sum()), name, first, bx, by))
+        for extent in (np.linspace(first, first * 1.5, 16)[1:] if any(clipped) else []):
+            fx = right - extent / 2 if clipped[0] and not clipped[1] else \
+                left + extent / 2 if clipped[1] and not clipped[0] else bx
+            fy = bottom - extent / 2 if clipped[2] and not clipped[3] else \
+                top + extent / 2 if clipped[3] and not clipped[2] else by
+            error = float(np.abs(alpha - _coverage(name, fx, fy, extent, r)).sum())
+            fits.append((error, name, float(extent), fx, fy))
+    fits.sort()
+    best_err, shape, extent, fx, fy = fits[0]
+    second_err = next(f[0] for f in fits if f[1] != shape)
+    return shape, extent, fx, fy, float(1 - best_err / second_err) if second_err > 0 else 1.0
+
+
 def read(image: np.ndarray) -> Reading:
     """``image``: (R, R, 3) uint8."""
     img = image.astype(np.float32)
@@ -94,35 +124,13 @@ def read(image: np.ndarray) -> Reading:
     cols, rows = np.nonzero(inside.any(axis=0))[0], np.nonzero(inside.any(axis=1))[0]
     if not len(cols):
         return Reading(None, 0.0, features)
-    # The frame's centre is the bounding box's (a triangle's centroid sits below its frame's centre).
-    bx, by = (cols.min() + cols.max() + 1) / 2 / r, (rows.min() + rows.max() + 1) / 2 / r
     w, h = (cols.max() - cols.min() + 1) / r, (rows.max() - rows.min() + 1) / r
-    # Shape and size by template: draw each shape with the area seen, compare coverage maps. A
-    # shape cut by the image border shows less area than it has: then its extent is searched,
-    # anchored on the edges that are not at the border.
-    left, right = cols.min() / r, (cols.max() + 1) / r
-    top, bottom = rows.min() / r, (rows.max() + 1) / r
-    clipped = (left <= 0, right >= 1, top <= 0, bottom >= 1)
-    fits = []
-    for name, fill in _FILL.items():
-        first = float(np.sqrt(area / fill)) / r
-        # A shape that merely touches the border looks clipped too: the unclipped reading competes.
-        fits.append((float(np.abs(alpha - _coverage(name, bx, by, first, r)).sum()), name, first, bx, by))
-        for extent in (np.linspace(first, first * 1.5, 16)[1:] if any(clipped) else []):
-            fx = right - extent / 2 if clipped[0] and not clipped[1] else \
-                left + extent / 2 if clipped[1] and not clipped[0] else bx
-            fy = bottom - extent / 2 if clipped[2] and not clipped[3] else \
-                top + extent / 2 if clipped[3] and not clipped[2] else by
-            error = float(np.abs(alpha - _coverage(name, fx, fy, extent, r)).sum())
-            fits.append((error, name, float(extent), fx, fy))
-    fits.sort()
-    best_err, shape, extent, bx, by = fits[0]
-    second_err = next(f[0] for f in fits if f[1] != shape)
-    shape_margin = float(1 - best_err / second_err) if second_err > 0 else 1.0
+    shape, extent, bx, by, shape_margin = _fit_shape(alpha, area, cols, rows, r)
     size_i, size_margin = _nearest(extent, _SIZE_BOUNDS_SCALED)
     distances = np.linalg.norm(_PALETTE - colour, axis=1)
     order = np.argsort(distances)
     colour_margin = float(1 - distances[order[0]] / max(distances[order[1]], 1e-6))
+    # Position from the fitted frame's centre, not the centroid: a triangle's sits below its frame's.
     gx, mx = _nearest(bx, [1 / 6, 3 / 6, 5 / 6])
     gy, my = _nearest(by, [1 / 6, 3 / 6, 5 / 6])
     features[:] = [*(colour / 255), *(background / 255), cx, cy, w, h, area / (r * r), extent]
