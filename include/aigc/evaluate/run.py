@@ -16,7 +16,6 @@ import logging
 import time
 
 import numpy as np
-import pyarrow.parquet as pq
 from PIL import Image
 
 from aigc.config import PipelineConfig
@@ -25,7 +24,7 @@ from aigc.evaluate.metrics import assess, diversity, frechet_distance, pareto_fr
 from aigc.evaluate.report import write_report
 from aigc.evaluate.review import agreement, export_queue
 from aigc.generate.run import MANIFEST as GENERATION_MANIFEST
-from aigc.generate.run import generation_prefix
+from aigc.generate.run import generation_prefix, generation_rows
 from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.plots import line_chart
@@ -74,7 +73,7 @@ def real_images(lake: Lake, dataset: str, date: str, n: int) -> tuple[list[np.nd
 def _generated(lake: Lake, generation: dict) -> list[dict]:
     prefix = generation_prefix(generation["model"], generation["date"], generation["run_id"])
     manifest = lake.get_json(join(prefix, GENERATION_MANIFEST))
-    return [r for s in manifest["shards"] for r in pq.read_table(io.BytesIO(lake.get_bytes(s["key"]))).to_pylist()]
+    return generation_rows(lake, manifest).to_pylist()
 
 
 def _grid(lake: Lake, cfg: PipelineConfig, version: str, record: dict, prompts: list[dict],

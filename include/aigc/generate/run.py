@@ -124,6 +124,11 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> 
     return entry
 
 
+def generation_rows(lake: Lake, manifest: dict, columns: list[str] | None = None) -> pa.Table:
+    """Every output row of a finished generation run (its manifest lists the shards), streamed by the lake."""
+    return lake.read_parquet([s["key"] for s in manifest["shards"]], columns=columns)
+
+
 def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
     """Every shard's ledger entry present → the run's gallery and manifest."""
     prefix = generation_prefix(plan["model"], plan["date"], plan["run_id"])
@@ -137,7 +142,7 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
     per_shard = max(1, cfg.generate.gallery_images // len(entries))
     images = []
     for e in entries:
-        table = pq.read_table(io.BytesIO(lake.get_bytes(e["key"])), columns=["status", "image"])
+        table = lake.read_parquet([e["key"]], columns=["status", "image"])
         images += [img for s, img in zip(table.column("status").to_pylist(), table.column("image").to_pylist(),
                                          strict=True) if s == "generated"][:per_shard]
     lake.put_bytes(join(prefix, "gallery.png"), gallery_png(images))

@@ -7,12 +7,11 @@ import io
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 from PIL import Image
 
 from aigc.config import GenerateGateThresholds, PipelineConfig
 from aigc.generate.prompts import load_prompts
-from aigc.generate.run import MANIFEST, generation_prefix
+from aigc.generate.run import MANIFEST, generation_prefix, generation_rows
 from aigc.lake import Lake
 from aigc.lake.keys import join, partition, run_prefix
 from aigc.prepare.checks import blocked_term
@@ -36,8 +35,7 @@ def validate_generation(lake: Lake, plan: dict, cfg: PipelineConfig, thresholds:
 
     prefix = generation_prefix(plan["model"], plan["date"], plan["run_id"])
     manifest = lake.get_json(join(prefix, MANIFEST))
-    frames = [pq.read_table(io.BytesIO(lake.get_bytes(s["key"]))).to_pandas() for s in manifest["shards"]]
-    rows = pd.concat(frames, ignore_index=True)
+    rows = generation_rows(lake, manifest).to_pandas()
     stats = [_image_stats(b) for b in rows["image"]]
     rows = rows.drop(columns=["image"]).assign(
         decoded_width=[s[0] for s in stats], decoded_height=[s[1] for s in stats], pixel_std=[s[2] for s in stats],

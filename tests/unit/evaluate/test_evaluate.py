@@ -155,4 +155,4 @@ def test_regression_is_measured_like_for_like_against_production_and_gated(deplo
 def gen_run_rows(lake, evaluated):
     prefix = gen_run.generation_prefix("shapes-cvae", DATE, evaluated["generation_run"])
     manifest = lake.get_json(f"{prefix}/_MANIFEST.json")
-    return [r for s in manifest["shards"] for r in pq.read_table(io.BytesIO(lake.get_bytes(s["key"]))).to_pylist()]
+    return gen_run.generation_rows(lake, manifest).to_pylist()

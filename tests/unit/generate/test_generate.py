@@ -32,7 +32,7 @@ def run_all(lake, cfg, run_id=None):
 def rows_of(lake, plan):
     prefix = gen_run.generation_prefix(plan["model"], plan["date"], plan["run_id"])
     manifest = lake.get_json(f"{prefix}/_MANIFEST.json")
-    return [r for s in manifest["shards"] for r in pq.read_table(io.BytesIO(lake.get_bytes(s["key"]))).to_pylist()]
+    return gen_run.generation_rows(lake, manifest).to_pylist()
 
 
 def test_injected_oom_still_answers_every_prompt_exactly_once_then_the_gate_passes(deployed_lake):
