@@ -16,6 +16,8 @@ export AIRFLOW__CORE__EXECUTOR := LocalExecutor
 export AIRFLOW__API__HOST := 127.0.0.1
 export AIRFLOW__API__PORT ?= 8080
 export AIGC_LAKE_URI ?= $(CURDIR)/.lake
+# What the trigger form (and the schedule) runs when nothing is changed: laptop-sized.
+export AIGC_DEFAULT_PRESET ?= demo
 export GX_ANALYTICS_ENABLED := False
 
 .PHONY: help install demo demo-s3 test airflow bench lint clean
@@ -52,12 +54,15 @@ demo: install
 demo-s3: install
 	$(BIN)/python -m aigc.devtools.s3demo --date $(DEMO_DATE)
 
-# System packages some tests drive (validated compose file); skipped with a reason where absent.
+# System packages some tests drive (the compose file's validator, headless Chromium and its
+# driver for the browser test); where they cannot be installed those tests skip with a reason.
+SYSTEM_PACKAGES := docker-compose chromium chromium-driver
 .PHONY: system-deps
 system-deps:
-	@command -v docker-compose >/dev/null || (command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
-		&& (apt-get update -qq && apt-get install -y -qq docker-compose >/dev/null) \
-		|| echo "note: docker-compose not installed; its test will skip")
+	@missing=""; for c in docker-compose chromium chromedriver; do command -v $$c >/dev/null || missing=1; done; \
+	[ -z "$$missing" ] || (command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
+		&& (apt-get update -qq && apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null) \
+		|| echo "note: could not install $(SYSTEM_PACKAGES); the tests that need them will skip")
 
 test: install system-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -1,5 +1,6 @@
 """aigc_pipeline: the nightly AI-generated-content pipeline, one partition per logical date.
 
+    claim_partition (setup: this run's lease on the date; a second run of the date waits here)
     raw drop ─┬─ make_demo_drop ─┐
               └─ wait_for_drop ──┴─ prepare ── gate_curated ── publish_curated ─┐
     ┌───────────────────────────────────────────────────────────────────────────┘
@@ -10,6 +11,7 @@
     └─ plan_generation ── shards_of ── generate_shard × N (mapped) ── finish_generation ── gate_generate ─┐
     ┌─────────────────────────────────────────────────────────────────────────────────────────────────┘
     └─ evaluate ── gate_evaluation ── publish_content (production → this version; the day's content published)
+    release_partition (teardown: runs whatever happened, gives the date back)
 
 This file only wires tasks: every task body imports the ``aigc`` core when it runs, so the
 scheduler parses this file in milliseconds and with no I/O.
@@ -17,11 +19,12 @@ scheduler parses this file in milliseconds and with no I/O.
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import Asset, CronDataIntervalTimetable, Param, dag, get_current_context, task
+from airflow.sdk import Asset, CronDataIntervalTimetable, Param, PokeReturnValue, dag, get_current_context, task
 
 from aigc_airflow.evaluate_operator import EvaluateOperator
 from aigc_airflow.operators import QualityGateOperator
@@ -36,56 +39,92 @@ GENERATIONS = Asset(name="aigc_generations")
 EVALUATIONS = Asset(name="aigc_evaluations")
 # Tasks that want an accelerator go to this queue; with one local worker (or LocalExecutor) it is ignored.
 GPU_QUEUE = os.environ.get("AIGC_GPU_QUEUE", "default")
+# How long a run waits for another run of its date to finish: past the lease's expiry (10 h).
+PARTITION_WAIT = timedelta(hours=11)
+log = logging.getLogger(__name__)
+
+# The form's preset when a user presses Trigger unchanged (and for scheduled runs): a deployment
+# sets it (a laptop: demo; a CI cluster: smoke); the full-size "default" otherwise.
+DEFAULT_PRESET = os.environ.get("AIGC_DEFAULT_PRESET", "default")
+DATA, TRAINING, SERVING, GATES = "Data", "Training", "Deployment and generation", "Quality gates"
 
 PARAMS = {
-    "preset": Param("default", enum=["default", "demo"], title="Preset",
-                    description="Named configuration: 'demo' is small enough for a laptop in minutes."),
-    "synthetic_drop": Param(True, type="boolean", title="Generate a synthetic raw drop",
+    "preset": Param(DEFAULT_PRESET, enum=["default", "demo", "smoke"], title="Preset",
+                    description="Named configuration: 'demo' is small enough for a laptop in minutes; 'smoke' checks "
+                                "a deployment end to end in about one (its model is not meant to be good). "
+                                "The fields below override it."),
+    "synthetic_drop": Param(True, type="boolean", title="Generate a synthetic raw drop", section=DATA,
                             description="On: write a demo drop for this date first. Off: wait for a producer's drop "
                                         "(its _SUCCESS marker) under the raw URI."),
-    "raw_uri": Param("", type="string", title="Raw drop root URI",
+    "raw_uri": Param(None, type=["null", "string"], title="Raw drop root URI", section=DATA,
                      description="Where drops land, e.g. s3://bucket/raw/shapes. Empty: <lake>/raw/shapes."),
     "n_records": Param(None, type=["null", "integer"], minimum=1, maximum=5_000_000, title="Synthetic records",
-                       description="Records in the synthetic drop (empty: the preset's)."),
+                       section=DATA, description="Records in the synthetic drop (empty: the preset's)."),
     "resolution": Param(None, type=["null", "integer"], enum=[None, 32, 64, 128, 256], title="Image resolution",
-                        description="Side of the square images, in pixels (empty: the preset's)."),
-    "dirt_rate": Param(None, type=["null", "number"], minimum=0, maximum=1, title="Dirt rate",
-                       description="Fraction of synthetic records with planted defects."),
-    "near_dup_threshold": Param(None, type=["null", "number"], minimum=0.05, maximum=1,
-                                title="Near-duplicate similarity threshold"),
-    "min_rows": Param(None, type=["null", "integer"], minimum=0, title="Gate 1: minimum curated rows"),
-    "max_quarantine_ratio": Param(None, type=["null", "number"], minimum=0, maximum=1,
-                                  title="Gate 1: maximum quarantined fraction"),
+                        section=DATA, description="Side of the square images, in pixels (empty: the preset's)."),
+    "dirt_rate": Param(None, type=["null", "number"], minimum=0, maximum=1, title="Dirt rate", section=DATA,
+                       description="Fraction of synthetic records with planted defects (empty: the preset's)."),
+    "near_dup_threshold": Param(None, type=["null", "number"], minimum=0.05, maximum=1, section=DATA,
+                                title="Near-duplicate similarity threshold",
+                                description="Caption Jaccard similarity above which records are near duplicates."),
     "train_steps": Param(None, type=["null", "integer"], minimum=1, maximum=1_000_000, title="Training steps",
-                         description="Optimizer steps (empty: the preset's)."),
+                         section=TRAINING, description="Optimizer steps (empty: the preset's)."),
     "nproc": Param(None, type=["null", "integer"], minimum=1, maximum=64, title="Training processes per node",
+                   section=TRAINING,
                    description="torchrun --nproc-per-node: CPU processes here, one per GPU on a GPU worker."),
-    "precision": Param(None, type=["null", "string"], enum=[None, "auto", "fp32", "bf16", "fp16"],
+    "precision": Param(None, type=["null", "string"], enum=[None, "auto", "fp32", "bf16", "fp16"], section=TRAINING,
                        title="Training precision", description="auto: bf16 on a GPU that has it, else fp32."),
-    "max_final_val_loss": Param(None, type=["null", "number"], minimum=0,
-                                title="Gate 2: maximum final validation loss"),
     "variant": Param(None, type=["null", "string"], enum=[None, "fp32", "bf16", "pruned", "onnx", "int8"],
-                     title="Generation variant", description="A variant that passed gate 3 (empty: the preset's)."),
+                     section=SERVING, title="Generation variant",
+                     description="A variant that passed gate 3 (empty: the preset's)."),
     "prompts": Param(None, type=["null", "integer"], minimum=1, maximum=1_000_000, title="Demo prompts",
+                     section=SERVING,
                      description="Held-out captions to generate for when no prompt file was dropped."),
     "generate_shards": Param(None, type=["null", "integer"], minimum=1, maximum=256, title="Generation shards",
-                             description="Mapped generate_shard tasks."),
-    "budget_fraction": Param(None, type=["null", "number"], minimum=0.01, maximum=1,
+                             section=SERVING, description="Mapped generate_shard tasks."),
+    "budget_fraction": Param(None, type=["null", "number"], minimum=0.01, maximum=1, section=SERVING,
                              title="Memory budget fraction", description="Of free device memory, per batch."),
-    "budget_mb": Param(None, type=["null", "integer"], minimum=0, title="Memory budget (MiB)",
+    "budget_mb": Param(None, type=["null", "integer"], minimum=0, title="Memory budget (MiB)", section=SERVING,
                        description="A fixed per-batch budget instead of the probe's fraction."),
-    "min_alignment": Param(None, type=["null", "number"], minimum=0, maximum=1,
+    "min_rows": Param(None, type=["null", "integer"], minimum=0, title="Gate 1: minimum curated rows", section=GATES),
+    "max_quarantine_ratio": Param(None, type=["null", "number"], minimum=0, maximum=1, section=GATES,
+                                  title="Gate 1: maximum quarantined fraction"),
+    "max_final_val_loss": Param(None, type=["null", "number"], minimum=0, section=GATES,
+                                title="Gate 2: maximum final validation loss"),
+    "min_alignment": Param(None, type=["null", "number"], minimum=0, maximum=1, section=GATES,
                            title="Gate 5: minimum alignment", description="All-attributes-correct fraction."),
-    "max_fid": Param(None, type=["null", "number"], minimum=0, title="Gate 5: maximum Fréchet distance"),
+    "max_fid": Param(None, type=["null", "number"], minimum=0, title="Gate 5: maximum Fréchet distance",
+                     section=GATES),
 }
 
 
-def _run_config():
-    """(context, typed config, lake, date) for the running task."""
-    from aigc_airflow.runtime import open_task_lake, partition_date, pipeline_config
+def _run_config(hold: bool = True):
+    """(context, typed config, lake, date) for the running task.
+
+    ``hold`` renews this run's lease on the date first, so a run that lost it (another run
+    took it over after it expired) fails here, before it writes anything.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from aigc.lake.lease import LeaseHeld
+    from aigc_airflow.runtime import hold_partition, open_task_lake, partition_date, pipeline_config
 
     context = get_current_context()
-    return context, pipeline_config(context["params"]), open_task_lake(), partition_date(context)
+    lake, date = open_task_lake(), partition_date(context)
+    if hold:
+        try:
+            hold_partition(context, lake, date)
+        except LeaseHeld as e:
+            raise AirflowFailException(f"this run no longer holds its date: {e}") from e
+    return context, pipeline_config(context["params"]), lake, date
+
+
+def _announced(context, summary: dict) -> dict:
+    """``summary``, after writing what it published into this task's asset events."""
+    from aigc_airflow.runtime import annotate_outlets
+
+    annotate_outlets(context, summary)
+    return summary
 
 
 def _raw_lake(lake, cfg, params):
@@ -114,6 +153,28 @@ def _raw_lake(lake, cfg, params):
     doc_md=__doc__,
 )
 def aigc_pipeline():
+    # One run at a time writes a date: a second run of the same date (a manual run beside the
+    # scheduled one, a backfill over a running date, another deployment on the same lake)
+    # waits here until the first releases the date, instead of interleaving its publishes.
+    @task.sensor(poke_interval=60, timeout=PARTITION_WAIT.total_seconds(), mode="reschedule")
+    def claim_partition() -> PokeReturnValue:
+        from aigc.lake.lease import LeaseHeld
+        from aigc_airflow.runtime import hold_partition
+
+        context, _cfg, lake, date = _run_config(hold=False)
+        try:
+            return PokeReturnValue(is_done=True, xcom_value=hold_partition(context, lake, date))
+        except LeaseHeld as e:
+            log.info("%s", e)
+            return PokeReturnValue(is_done=False)
+
+    @task
+    def release_partition() -> bool:
+        from aigc_airflow.runtime import partition_lease
+
+        context, _cfg, lake, date = _run_config(hold=False)
+        return partition_lease(context, lake, date).release(context["dag_run"].run_id)
+
     @task.branch
     def choose_drop() -> str:
         return "make_demo_drop" if get_current_context()["params"]["synthetic_drop"] else "wait_for_drop"
@@ -144,10 +205,12 @@ def aigc_pipeline():
     def publish_curated(prepared: dict) -> dict:
         from aigc.prepare import publish_prepared
 
-        _context, cfg, lake, _date = _run_config()
-        return publish_prepared(lake, cfg.prepare.dataset, prepared["date"], prepared["run_id"])
+        context, cfg, lake, _date = _run_config()
+        return _announced(context, publish_prepared(lake, cfg.prepare.dataset, prepared["date"], prepared["run_id"]))
 
+    claim = claim_partition()
     branch = choose_drop()
+    claim >> branch
     prepared = prepare()
     branch >> [make_demo_drop(), wait_for_drop()] >> prepared
     gate = QualityGateOperator(task_id="gate_curated", gate="curated", prepared=prepared)
@@ -158,8 +221,8 @@ def aigc_pipeline():
     def publish_model(trained: dict) -> dict:
         from aigc.quality.training import publish_trained
 
-        _context, cfg, lake, _date = _run_config()
-        return publish_trained(lake, cfg.model.name, trained["date"], trained["run_id"])
+        context, cfg, lake, _date = _run_config()
+        return _announced(context, publish_trained(lake, cfg.model.name, trained["date"], trained["run_id"]))
 
     # A GPU worker serves queue "gpu" in the distributed set-up; with one local worker every queue is served.
     trained = DistributedTrainOperator(task_id="train", curated=curated, queue=GPU_QUEUE,
@@ -228,8 +291,8 @@ def aigc_pipeline():
     def publish_content(evaluated: dict) -> dict:
         from aigc.quality.evaluation import promote_and_publish
 
-        _context, cfg, lake, _date = _run_config()
-        return promote_and_publish(lake, evaluated, cfg)
+        context, cfg, lake, _date = _run_config()
+        return _announced(context, promote_and_publish(lake, evaluated, cfg))
 
     plan = plan_generation()
     gate_deploy >> plan
@@ -240,7 +303,7 @@ def aigc_pipeline():
     evaluated = evaluate.output
     gate_generate >> evaluate
     gate_evaluation = QualityGateOperator(task_id="gate_evaluation", gate="evaluation", prepared=evaluated)
-    gate_evaluation >> publish_content(evaluated)
+    gate_evaluation >> publish_content(evaluated) >> release_partition().as_teardown(setups=claim)
 
 
 aigc_pipeline()

@@ -182,47 +182,40 @@ def cmd_registry(args: argparse.Namespace) -> dict:
 
 def cmd_status(args: argparse.Namespace) -> dict:
     """What is published for a date, and what the gate said about it."""
-    from aigc.lake.keys import partition
-    from aigc.lake.publish import NotPublished, resolve
-    from aigc.prepare.run import MANIFEST
+    from aigc.catalog import Catalog
 
     cfg = _config(args)
     lake = open_lake(args.lake)
+    catalog = Catalog(lake, cfg.prepare.dataset, cfg.model.name)
     status: dict = {"command": "status", "lake": lake.uri, "date": args.date}
-    try:
-        pointer = resolve(lake, partition("curated", cfg.prepare.dataset, args.date))
-    except NotPublished as e:
-        return {**status, "curated": None, "note": str(e)}
-    manifest = lake.get_json(join(pointer["run_prefix"], MANIFEST))
-    gate_key = join(partition("quality", "curated", args.date), f"run={pointer['run_id']}", "result.json")
-    gate = lake.get_json(gate_key) if lake.exists(gate_key) else None
+    curated = catalog.published("curated", args.date)
+    if curated is None:
+        where = lake.url(catalog.partition("curated", args.date))
+        return {**status, "curated": None, "note": f"nothing is published at {where}"}
+    manifest = curated["summary"]
+    gate = catalog.gate_result("curated", args.date, curated["run_id"])
     log.info("curated %s: %d rows in %d shard(s) from %d input records; quarantined %s",
-             lake.url(pointer["run_prefix"]), manifest["rows"], len(manifest["shards"]),
+             lake.url(curated["run_prefix"]), manifest["rows"], len(manifest["shards"]),
              manifest["input_records"], manifest["quarantined"])
     if gate:
-        log.info("gate 1: %s — data docs %s", "PASS" if gate["success"] else "FAIL", gate["data_docs_uri"])
-    return {**status, "run_id": pointer["run_id"], "published_at": pointer["published_at"],
-            "curated_uri": lake.url(pointer["run_prefix"]), "rows": manifest["rows"],
+        log.info("gate 1: %s — data docs %s", "PASS" if gate["success"] else "FAIL", lake.url(gate["data_docs_key"]))
+    return {**status, "run_id": curated["run_id"], "published_at": curated["published_at"],
+            "curated_uri": lake.url(curated["run_prefix"]), "rows": manifest["rows"],
             "input": manifest["input_records"], "quarantined": manifest["quarantined"],
             "quarantine_uri": lake.url(manifest["quarantine"]["prefix"]),
             "gate_passed": gate["success"] if gate else None,
-            "data_docs_uri": gate["data_docs_uri"] if gate else None,
-            "model": _model_status(lake, cfg.model.name, args.date),
+            "data_docs_uri": lake.url(gate["data_docs_key"]) if gate else None,
+            "model": _model_status(catalog, args.date),
             "registry": _registry_status(lake, cfg.model.name),
-            "generations": _generation_status(lake, cfg.model.name, args.date)}
+            "generations": _generation_status(catalog, args.date)}
 
 
-def _generation_status(lake, model: str, date: str) -> dict | None:
-    from aigc.generate.run import MANIFEST
-    from aigc.lake.keys import partition
-    from aigc.lake.publish import NotPublished, resolve
-
-    try:
-        pointer = resolve(lake, partition("generations", model, date))
-    except NotPublished:
+def _generation_status(catalog, date: str) -> dict | None:
+    run = catalog.published("generations", date)
+    if run is None:
         return None
-    m = lake.get_json(join(pointer["run_prefix"], MANIFEST))
-    gallery = lake.url(join(pointer["run_prefix"], "gallery.png"))
+    m = run["summary"]
+    gallery = catalog.lake.url(join(run["run_prefix"], "gallery.png"))
     log.info("generations: %d prompts → %d images (%d from cache), %d refused, %s %s; gallery %s",
              m["rows"], m["generated"], m["cached"], m["refused"], m["version"], m["variant"], gallery)
     return {k: m[k] for k in ("run_id", "version", "variant", "rows", "generated", "refused", "cached")} | {
@@ -247,19 +240,14 @@ def _registry_status(lake, model: str) -> dict:
     return out
 
 
-def _model_status(lake, model: str, date: str) -> dict | None:
+def _model_status(catalog, date: str) -> dict | None:
     """The published training run of ``date`` (stage 2's hand-off), if any."""
-    from aigc.lake.keys import partition
-    from aigc.lake.publish import NotPublished, resolve
-    from aigc.train.artifacts import SUMMARY
-
-    try:
-        pointer = resolve(lake, partition("training", model, date))
-    except NotPublished:
+    run = catalog.published("training", date)
+    if run is None:
         return None
-    s = lake.get_json(join(pointer["run_prefix"], SUMMARY))
+    s = run["summary"]
     log.info("model %s: run %s, %d steps on %d process(es), validation loss %.5f (from %.5f); weights %s",
-             model, s["run_id"], s["steps"], s["world_size"], s["final_val_loss"], s["initial_val_loss"],
+             catalog.model, s["run_id"], s["steps"], s["world_size"], s["final_val_loss"], s["initial_val_loss"],
              s["weights_uri"])
     return {k: s[k] for k in ("run_id", "run_uri", "weights_uri", "steps", "world_size", "final_val_loss",
                               "initial_val_loss", "imbalance", "loss_png_uri")}

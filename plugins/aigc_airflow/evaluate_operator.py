@@ -11,13 +11,22 @@ from aigc_airflow.runtime import dag_run_scoped_id, open_task_lake, pipeline_con
 
 
 class ReportLink(BaseOperatorLink):
-    """'Evaluation report' on the task: the report's URI in the lake (the AIGC view serves it over HTTP)."""
+    """'Evaluation report' on the task: the report as the AIGC view serves it over HTTP.
+
+    The operator keeps the report's lake URI (``report_uri``); the link maps its key to
+    ``<[api] base_url>/aigc/lake/<key>`` (a root path when base_url is unset), which opens in
+    the browser with the user's Airflow session. No report (the task has not finished): no link.
+    """
 
     name = "Evaluation report"
 
     def get_link(self, operator: BaseOperator, *, ti_key) -> str:
         # Evaluated when the task finishes, on the same operator instance that ran execute().
-        return getattr(operator, "report_uri", "") or ""
+        from aigc.catalog import report_key
+        from aigc_airflow.view.urls import lake_object_url
+
+        key = report_key(getattr(operator, "report_uri", None) or "")
+        return lake_object_url(key) if key else ""
 
 
 class EvaluateOperator(BaseOperator):

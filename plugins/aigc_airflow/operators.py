@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from aigc_airflow.runtime import open_task_lake, pipeline_config
+from aigc_airflow.runtime import annotate_outlets, open_task_lake, pipeline_config
 
 
 def _curated_gate(lake, cfg, prepared: dict) -> dict:
@@ -74,4 +74,6 @@ class QualityGateOperator(BaseOperator):
             # The same data fails the same expectations again: fail now, do not retry.
             raise AirflowFailException(str(e)) from e
         self.log.info("gate %s passed: data docs at %s", self.gate, result["data_docs_uri"])
+        if self.outlets:  # a gate that publishes (the deployable model) says what it vouched for
+            annotate_outlets(context, {**self.prepared, **result})
         return result

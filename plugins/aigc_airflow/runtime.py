@@ -91,6 +91,39 @@ def dag_run_scoped_id(context: dict[str, Any], cfg, stage: str) -> str:
     return new_run_id(started, token=hashlib.sha256(identity.encode()).hexdigest()[:6])
 
 
+def annotate_outlets(context: dict[str, Any], summary: dict) -> None:
+    """Say in each outlet's asset event what was published (date, run, version, URIs).
+
+    A DAG scheduled on the asset then reads which partition to consume from the triggering
+    event's ``extra`` instead of guessing "the latest".
+    """
+    extra = {"date": str(summary.get("date") or partition_date(context))}
+    extra.update({k: v for k, v in summary.items()
+                  if (k in ("run_id", "version") or k.endswith("_uri")) and isinstance(v, str | int)})
+    for asset in context["task"].outlets:
+        context["outlet_events"][asset].extra = extra
+
+
+# Longer than the longest task (training's execution_timeout is 8 h), so a live run never
+# loses its date mid-task; a run that died without releasing blocks the date this long at most.
+PARTITION_LEASE_TTL = dt.timedelta(hours=10)
+
+
+def partition_lease(context: dict[str, Any], lake, date: dt.date):
+    """The lease that lets one DAG run at a time write this date's partitions (see aigc.lake.lease)."""
+    from aigc.lake.lease import Lease
+
+    return Lease(lake, f"{context['dag'].dag_id}/dt={date.isoformat()}")
+
+
+def hold_partition(context: dict[str, Any], lake, date: dt.date) -> dict:
+    """Take or renew this DAG run's lease on ``date``; LeaseHeld if another run holds it.
+
+    The owner is the DAG run id, so every task and every retry of one run share the lease.
+    """
+    return partition_lease(context, lake, date).hold(context["dag_run"].run_id, PARTITION_LEASE_TTL)
+
+
 # Trigger-form params → config fields. None means "the preset's value".
 PARAM_FIELDS = {
     "n_records": ("raw", "n"),

@@ -35,6 +35,19 @@ def test_owner_tags_retries_and_schedule(dagbag):
         assert task.retries >= 2, task.task_id
 
 
+def test_a_lease_on_the_date_wraps_the_whole_run(dagbag):
+    """claim_partition is the setup, release_partition the teardown, of every other task."""
+    dag = dagbag.dags["aigc_pipeline"]
+    claim, release = dag.get_task("claim_partition"), dag.get_task("release_partition")
+    assert claim.is_setup and release.is_teardown
+    assert claim.downstream_task_ids == {"choose_drop", "release_partition"}
+    assert claim.mode == "reschedule"
+    inner = {t.task_id for t in dag.tasks} - {"claim_partition", "release_partition"}
+    assert inner <= claim.get_flat_relative_ids(upstream=False)
+    assert inner <= release.get_flat_relative_ids(upstream=True)
+    assert release.trigger_rule == "all_done_setup_success"  # gives the date back on failure too
+
+
 def test_stage_one_is_wired_drop_prepare_gate_publish(dagbag):
     dag = dagbag.dags["aigc_pipeline"]
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
@@ -82,7 +95,7 @@ def test_stage_five_evaluates_gates_then_publishes_and_promotes(dagbag):
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
     assert down["evaluate"] == {"gate_evaluation", "publish_content"}
     assert down["gate_evaluation"] == {"publish_content"}
-    assert down["publish_content"] == set()
+    assert down["publish_content"] == {"release_partition"}
     assert [a.name for a in dag.get_task("publish_content").outlets] == ["aigc_generations", "aigc_evaluations"]
 
 
@@ -91,7 +104,13 @@ def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
 
     params = copy.deepcopy(dagbag.dags["aigc_pipeline"].params)
     params.validate()  # pressing Trigger with the form unchanged is valid
-    assert params["preset"] == "default" and params["synthetic_drop"] is True
+    assert params["preset"] == os.environ.get("AIGC_DEFAULT_PRESET", "default")  # `make` sets demo
+    assert params["synthetic_drop"] is True
+    form = dagbag.dags["aigc_pipeline"].params.dump()
+    untitled = [n for n, p in dagbag.dags["aigc_pipeline"].params.items() if not p.schema.get("title")]
+    assert not untitled and set(form) >= {"preset", "n_records", "train_steps", "nproc", "variant", "budget_fraction"}
+    unsectioned = [n for n, p in dagbag.dags["aigc_pipeline"].params.items() if not p.schema.get("section")]
+    assert unsectioned == ["preset"]  # the form groups the knobs: data, training, generation, gates
     for name, bad in (("resolution", 33), ("dirt_rate", 1.5), ("preset", "huge"), ("n_records", 0),
                       ("nproc", 0), ("precision", "fp8"), ("train_steps", 0), ("variant", "fp64"),
                       ("budget_fraction", 0), ("generate_shards", 0)):

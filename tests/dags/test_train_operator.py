@@ -43,11 +43,17 @@ def test_on_kill_stops_the_launched_group_and_its_children():
     assert not alive
 
 
-def test_the_evaluate_task_links_to_its_report():
+def test_the_evaluate_task_links_to_its_report_in_the_aigc_view(monkeypatch):
     from aigc_airflow.evaluate_operator import EvaluateOperator, ReportLink
 
     op = EvaluateOperator(task_id="evaluate", generation={})
     assert [type(link) for link in op.operator_extra_links] == [ReportLink]
     assert ReportLink().get_link(op, ti_key=None) == ""
     op.report_uri = "s3://lake/evaluations/shapes-cvae/dt=2026-11-28/run=x/report.html"
-    assert ReportLink().get_link(op, ti_key=None) == op.report_uri
+    key = "evaluations/shapes-cvae/dt=2026-11-28/run=x/report.html"
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "")
+    assert ReportLink().get_link(op, ti_key=None) == f"/aigc/lake/{key}"
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/af/")
+    assert ReportLink().get_link(op, ti_key=None) == f"https://airflow.example.com/af/aigc/lake/{key}"
+    op.report_uri = "file:///srv/lake/curated/shapes/dt=2026-11-28/run=x/_manifest.json"  # not a report
+    assert ReportLink().get_link(op, ti_key=None) == ""

@@ -138,6 +138,9 @@ def test_gpu_queue_is_served_only_by_gpu_workers(compose):
     services = compose["services"]
     listening = {name: queues(svc.get("command", "")) for name, svc in services.items()}
     assert "gpu" in listening["airflow-worker"]
+    # The DAG sends training and generation to the queue AIGC_GPU_QUEUE names: that queue.
+    routed = {svc["environment"].get("AIGC_GPU_QUEUE") for name, svc in services.items() if name.startswith("airflow")}
+    assert routed == {"gpu"}
     assert any("default" in q for q in listening.values())
     for name in (name for name, qs in listening.items() if "gpu" in qs):
         devices = services[name]["deploy"]["resources"]["reservations"]["devices"]

@@ -134,8 +134,21 @@ def test_demo_preset_is_small_and_differs_only_where_documented():
                           "generate": {"prompts": 512, "shards": 4}}) == default
 
 
+def test_smoke_preset_is_the_demo_at_check_size_with_lowered_quality_bars_only():
+    smoke, demo = preset("smoke"), preset("demo")
+    assert smoke.raw.n == 300 and smoke.curated_gate.min_rows <= smoke.raw.n
+    assert smoke.train.steps == 40 and smoke.train.checkpoint_every <= smoke.train.steps
+    assert smoke.deploy_gate == demo.deploy_gate and smoke.generate_gate == demo.generate_gate
+    assert smoke.override({"raw": {"n": 2_000}, "curated_gate": {"min_rows": 500},
+                           "train": {"steps": 1500, "eval_every": 500, "checkpoint_every": 500},
+                           "train_gate": {"max_final_val_loss": demo.train_gate.max_final_val_loss},
+                           "generate": {"prompts": 128},
+                           "evaluate_gate": {"min_alignment": demo.evaluate_gate.min_alignment,
+                                             "max_fid": demo.evaluate_gate.max_fid}}) == demo
+
+
 def test_an_unknown_preset_names_the_choices():
-    expected = "unknown preset 'nope'; choose one of ['default', 'demo']"
+    expected = "unknown preset 'nope'; choose one of ['default', 'demo', 'smoke']"
     with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         preset("nope")
 

@@ -1,6 +1,10 @@
 """The prompts of a logical date: a JSONL file in the lake, or a demo set drawn from held-out captions.
 
-    prompts/<dataset>/dt=<YYYY-MM-DD>/prompts.jsonl
+    prompts/<dataset>/dt=<YYYY-MM-DD>/prompts.jsonl      dropped by a producer
+    generations/<model>/dt=…/run=<run_id>/prompts.jsonl  a demo set, written by the run that uses it
+
+A dropped file wins. A demo set belongs to its generation run, so a re-run of the date with
+another prompt count (or another seed) draws its own set instead of reusing an older one.
 
 One JSON object per line: ``{"prompt_id": "p-000001", "prompt": "a small red circle on the left",
 "seed": 17}``. ``prompt_id`` is unique within the file (the exactly-once ledger is keyed by it);
@@ -30,8 +34,8 @@ def prompts_key(dataset: str, date: str | dt.date) -> str:
     return join(partition("prompts", dataset, date), FILE)
 
 
-def load_prompts(lake: Lake, dataset: str, date: str | dt.date, cfg: GenerateConfig) -> list[dict]:
-    key = prompts_key(dataset, date)
+def load_prompts(lake: Lake, key: str, cfg: GenerateConfig) -> list[dict]:
+    """The prompts in the file at ``key``; BadPrompts naming the line if it is missing, empty or malformed."""
     try:
         lines = list(lake.iter_lines(key))
     except ObjectNotFound:
@@ -61,8 +65,8 @@ def _blocked_terms() -> list[str]:
     return [t.strip() for t in text.splitlines() if t.strip() and not t.lstrip().startswith("#")]
 
 
-def make_demo_prompts(lake: Lake, dataset: str, date: str | dt.date, cfg: GenerateConfig) -> dict:
-    """Held-out captions of the date's curated partition (its validation split) and a few blocked ones."""
+def make_demo_prompts(lake: Lake, dataset: str, date: str | dt.date, cfg: GenerateConfig, key: str) -> dict:
+    """Held-out captions of the date's curated partition (its validation split) and a few blocked ones, at ``key``."""
     from aigc.train.data import load_window
 
     index = load_window(lake, dataset, date, 1)
@@ -74,7 +78,6 @@ def make_demo_prompts(lake: Lake, dataset: str, date: str | dt.date, cfg: Genera
     blocked = [f"{rng.choice(captions)} with {rng.choice(terms)}" for _ in range(cfg.blocked_prompts)]
     rows = [{"prompt_id": f"p-{i:06d}", "prompt": p, "seed": cfg.seed + i} for i, p in enumerate(chosen + blocked)]
     rng.shuffle(rows)  # blocked prompts land in every shard, not all in the last one
-    key = prompts_key(dataset, date)
     lake.put_bytes(key, "".join(json.dumps(r) + "\n" for r in rows).encode())
     return {"prompts_uri": lake.url(key), "prompts": len(rows), "blocked": len(blocked)}
 

@@ -41,6 +41,7 @@ SCHEMA = pa.schema([
     ("batch_size", pa.int32()), ("cached", pa.bool_()),
 ])
 MANIFEST = "_MANIFEST.json"
+DEMO_PROMPTS = "prompts.jsonl"  # a demo prompt set, in the generation run that drew it
 
 
 class VariantNotEligible(LookupError):
@@ -62,12 +63,15 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run
     if g.variant not in eligible:
         raise VariantNotEligible(f"{cfg.model.name} {record['version']} ({g.model_ref}): variant {g.variant!r} has "
                                  f"not passed gate 3; eligible variants: {eligible or 'none (run aigc deploy)'}")
-    if demo_prompts and not lake.exists(prompts_key(cfg.prepare.dataset, date)):
-        make_demo_prompts(lake, cfg.prepare.dataset, date, g)
-    n = len(load_prompts(lake, cfg.prepare.dataset, date, g))
     run_id = run_id or new_run_id()
+    key = prompts_key(cfg.prepare.dataset, date)
+    if demo_prompts and not lake.exists(key):
+        key = join(generation_prefix(cfg.model.name, date, run_id), DEMO_PROMPTS)
+        if not lake.exists(key):  # a retry of this plan (same run id, same config) reuses its set
+            make_demo_prompts(lake, cfg.prepare.dataset, date, g, key)
+    n = len(load_prompts(lake, key, g))
     return {"stage": "plan-generation", "date": date.isoformat(), "run_id": run_id, "model": cfg.model.name,
-            "version": record["version"], "variant": g.variant, "prompts": n,
+            "version": record["version"], "variant": g.variant, "prompts": n, "prompts_key": key,
             "shards": [{"shard": k, "lo": lo, "hi": hi} for k, (lo, hi) in enumerate(shard_ranges(n, g.shards))]}
 
 
@@ -101,7 +105,7 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> 
         log.info("shard %d of run %s is already done (%d rows): nothing to do", k, plan["run_id"], entry["rows"])
         return {**entry, "already_done": True}
     started = time.perf_counter()
-    prompts = load_prompts(lake, cfg.prepare.dataset, plan["date"], cfg.generate)[shard["lo"]:shard["hi"]]
+    prompts = load_prompts(lake, plan["prompts_key"], cfg.generate)[shard["lo"]:shard["hi"]]
     rows, report = ShardEngine(lake, plan, cfg).run(prompts)
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
     buf = io.BytesIO()
@@ -147,7 +151,7 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
                                          strict=True) if s == "generated"][:per_shard]
     lake.put_bytes(join(prefix, "gallery.png"), gallery_png(images))
     manifest = {**{k: plan[k] for k in ("date", "run_id", "model", "version", "variant", "prompts")},
-                "prompts_uri": lake.url(prompts_key(cfg.prepare.dataset, plan["date"])),
+                "prompts_key": plan["prompts_key"], "prompts_uri": lake.url(plan["prompts_key"]),
                 "shards": entries, "rows": sum(e["rows"] for e in entries),
                 "generated": sum(e["generated"] for e in entries), "refused": sum(e["refused"] for e in entries),
                 "cached": sum(e["cached"] for e in entries)}

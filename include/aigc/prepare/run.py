@@ -9,12 +9,14 @@ the partition at it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
 import os
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from multiprocessing import get_context
 
@@ -27,6 +29,7 @@ from aigc.prepare.dedup import ExactDedup, NearDedup
 from aigc.prepare.drop import SUCCESS, RawLine, drop_prefix, iter_lines, record_files
 from aigc.prepare.shards import CURATED_SCHEMA, QUARANTINE_SCHEMA, RollingParquetWriter
 from aigc.prepare.worker import examine_lines, init_worker
+from aigc.procs import worker_processes_allowed
 from aigc.progress import progress
 
 log = logging.getLogger(__name__)
@@ -158,12 +161,16 @@ class _InlineExecutor(Executor):
         return future
 
 
-def _executor(workers: int, drop: Lake, cfg: PrepareConfig) -> Executor:
+@contextlib.contextmanager
+def _executor(workers: int, drop: Lake, cfg: PrepareConfig) -> Iterator[Executor]:
     if workers <= 1:
         init_worker(drop, cfg)
-        return _InlineExecutor()
+        yield _InlineExecutor()
+        return
     # forkserver: safe beside threads and any CUDA state in the parent (fork is not). Preloading
     # the worker module there means each worker forks with PIL and numpy already imported.
     context = get_context("forkserver")
     context.set_forkserver_preload(["aigc.prepare.worker"])
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker, initargs=(drop, cfg))
+    with worker_processes_allowed(), ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                                         initializer=init_worker, initargs=(drop, cfg)) as pool:
+        yield pool  # workers start lazily, on submits: allowed for the pool's whole life

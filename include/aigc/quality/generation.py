@@ -42,7 +42,7 @@ def validate_generation(lake: Lake, plan: dict, cfg: PipelineConfig, thresholds:
         should_refuse=[blocked_term(p, cfg.prepare.blocklist) is not None for p in rows["prompt"]])
     generated = rows[rows["status"] == "generated"]
     refused = rows[rows["status"] == "refused"]
-    expected_ids = {p["prompt_id"] for p in load_prompts(lake, cfg.prepare.dataset, plan["date"], cfg.generate)}
+    expected_ids = {p["prompt_id"] for p in load_prompts(lake, manifest["prompts_key"], cfg.generate)}
     r = cfg.model.resolution
     summary = pd.DataFrame([{
         "prompts": len(expected_ids), "rows": len(rows),

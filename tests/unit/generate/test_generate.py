@@ -86,16 +86,16 @@ def test_bad_prompt_files_name_the_problem(deployed_lake):
     cfg = config()
     key = prompts_key("shapes", DATE)
     with pytest.raises(BadPrompts, match="no prompt file at"):
-        load_prompts(deployed_lake, "shapes", DATE, cfg.generate)
+        load_prompts(deployed_lake, key, cfg.generate)
     deployed_lake.put_bytes(key, b"\n")
     with pytest.raises(BadPrompts, match="holds no prompts"):
-        load_prompts(deployed_lake, "shapes", DATE, cfg.generate)
+        load_prompts(deployed_lake, key, cfg.generate)
     deployed_lake.put_bytes(key, b'{"prompt_id": "a", "prompt": "x"}\n{"prompt_id": "a", "prompt": "y"}\n')
     with pytest.raises(BadPrompts, match="line 2: prompt_id 'a' appears twice"):
-        load_prompts(deployed_lake, "shapes", DATE, cfg.generate)
+        load_prompts(deployed_lake, key, cfg.generate)
     deployed_lake.put_bytes(key, b'{"prompt": "no id"}\n')
     with pytest.raises(BadPrompts, match="line 1: expected a JSON object with prompt_id and prompt"):
-        load_prompts(deployed_lake, "shapes", DATE, cfg.generate)
+        load_prompts(deployed_lake, key, cfg.generate)
 
 
 def test_an_overlong_prompt_is_refused_with_its_length(deployed_lake):
@@ -125,3 +125,19 @@ def test_gate_4_fails_when_a_blocked_prompt_was_generated(deployed_lake):
     deployed_lake.put_bytes(key, buf.getvalue())
     with pytest.raises(GateFailed, match="should_refuse"):
         validate_generation(deployed_lake, summary, cfg, cfg.generate_gate)
+
+
+def test_a_rerun_of_the_date_with_another_prompt_count_draws_its_own_demo_set(deployed_lake):
+    """The demo set belongs to its run: changing "prompts" in the form on a re-run takes effect."""
+    first, _, first_summary = run_all(deployed_lake, config(prompts=12, shards=1))
+    second, _, second_summary = run_all(deployed_lake, config(prompts=6, shards=1))
+    assert (first_summary["generated"], second_summary["generated"]) == (12, 6)
+    assert first["prompts_key"] != second["prompts_key"]
+    assert first["prompts_key"].startswith(gen_run.generation_prefix(first["model"], DATE, first["run_id"]))
+    assert not deployed_lake.exists(prompts_key("shapes", DATE))  # the producers' location stays theirs
+
+
+def test_a_dropped_prompt_file_wins_over_the_demo_set(deployed_lake):
+    deployed_lake.put_bytes(prompts_key("shapes", DATE), b'{"prompt_id": "mine", "prompt": "a red circle"}\n')
+    plan, _, summary = run_all(deployed_lake, config(prompts=12, shards=1))
+    assert plan["prompts_key"] == prompts_key("shapes", DATE) and summary["rows"] == 1

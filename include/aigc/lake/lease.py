@@ -1,0 +1,98 @@
+"""A lease in the lake: one run at a time may write a partition date.
+
+Each run writes into its own folder and publishes with a conditional write, so two runs of
+one date never corrupt a file. But a pipeline is several publishes in a row: without more,
+run A could publish its curated data, run B its own, and A then train on B's data and
+publish a model over B's. The lease makes whole runs of one date take turns.
+
+The lease is one small JSON object, ``leases/<name>.json``, created with If-None-Match and
+replaced with If-Match, so two claimants cannot both win; it holds its owner and an expiry.
+Every writing task *renews* it before it writes (``hold``): a run whose lease expired and
+was taken over learns so before it writes anything more (the lease is also a fence). A run
+that dies without releasing holds the date until the expiry, then anyone may take it over.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import time
+from dataclasses import dataclass
+
+from aigc.lake.base import Lake, ObjectNotFound, PreconditionFailed, json_bytes
+from aigc.lake.keys import join
+
+LEASES = "leases"
+MAX_CAS_ATTEMPTS = 20
+
+
+class LeaseHeld(RuntimeError):
+    """Another owner holds the lease and it has not expired."""
+
+    def __init__(self, name: str, holder: dict):
+        self.holder = holder
+        super().__init__(f"lease {name!r} is held by {holder['owner']!r} until {holder['expires_at']} "
+                         f"(taken {holder['acquired_at']}); this run waits for it, or for the expiry")
+
+
+@dataclass(frozen=True)
+class Lease:
+    lake: Lake
+    name: str  # e.g. "aigc_pipeline/dt=2026-11-28"
+
+    @property
+    def key(self) -> str:
+        return join(LEASES, f"{self.name}.json")
+
+    def read(self) -> tuple[dict | None, str | None]:
+        """(holder record, ETag), or (None, None) when nobody holds it."""
+        try:
+            raw, etag = self.lake.get_with_etag(self.key)
+        except ObjectNotFound:
+            return None, None
+        return json.loads(raw), etag
+
+    def hold(self, owner: str, ttl: dt.timedelta, now: dt.datetime | None = None) -> dict:
+        """Take the lease for ``owner``, or renew it if ``owner`` holds it already.
+
+        Raises LeaseHeld while another owner's lease is unexpired. Safe to call from parallel
+        tasks of one owner: a lost race against oneself re-reads and finds oneself the holder.
+        """
+        for _ in range(MAX_CAS_ATTEMPTS):
+            moment = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+            holder, etag = self.read()
+            if holder is not None and holder["owner"] != owner and _expires(holder) > moment:
+                raise LeaseHeld(self.name, holder)
+            record = {
+                "owner": owner,
+                "acquired_at": holder["acquired_at"] if holder and holder["owner"] == owner
+                else moment.isoformat(timespec="seconds"),
+                "renewed_at": moment.isoformat(timespec="seconds"),
+                "expires_at": (moment + ttl).isoformat(timespec="seconds"),
+                "taken_over_from": holder["owner"] if holder and holder["owner"] != owner else None,
+            }
+            try:
+                if etag is None:
+                    self.lake.put_if_absent(self.key, json_bytes(record))
+                else:
+                    self.lake.put_if_match(self.key, json_bytes(record), etag)
+                return record
+            except PreconditionFailed:
+                time.sleep(random.uniform(0, 0.05))  # someone wrote meanwhile: look again
+        raise PreconditionFailed(f"gave up on lease {self.lake.url(self.key)} after {MAX_CAS_ATTEMPTS} races")
+
+    def release(self, owner: str) -> bool:
+        """Give the lease up if ``owner`` holds it; True if it was released.
+
+        A lease another owner has taken over (after ours expired) is left alone.
+        """
+        holder, _etag = self.read()
+        if holder is None or holder["owner"] != owner:
+            return False
+        self.lake.delete(self.key)
+        return True
+
+
+def _expires(holder: dict) -> dt.datetime:
+    return dt.datetime.fromisoformat(holder["expires_at"])

@@ -1,0 +1,64 @@
+"""Starting worker processes from inside an orchestrator's task process.
+
+A task process is not a fresh interpreter: Airflow started it from the ``airflow`` script,
+and Celery's prefork pool forked it from a daemonic pool worker. What multiprocessing
+inherits from those breaks a process pool; ``worker_processes_allowed`` undoes it while the
+pool's workers start. Each part was found by running the pipeline under that orchestrator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import sys
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def worker_processes_allowed() -> Iterator[None]:
+    with main_script_hidden(), daemon_flag_cleared():
+        yield
+
+
+@contextlib.contextmanager
+def main_script_hidden() -> Iterator[None]:
+    """Keep worker processes from re-running the parent's main *script*.
+
+    A forkserver or spawn child re-executes ``__main__`` by path when it was started as a
+    script. Under Airflow that script is the ``airflow`` CLI: in a task process (which gets no
+    metadata-DB URL) its import fails, and elsewhere it costs every worker an import of
+    Airflow. The workers need nothing from ``__main__``, so its path is hidden while they start.
+    """
+    main = sys.modules["__main__"]
+    path = getattr(main, "__file__", None)
+    if getattr(main, "__spec__", None) is not None or path is None:
+        yield  # started with -m (re-imported by name, harmless) or interactively
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
+@contextlib.contextmanager
+def daemon_flag_cleared() -> Iterator[None]:
+    """Let a process that Celery's prefork pool forked start children of its own.
+
+    Such a task process inherits two things from the pool worker (a billiard process):
+    - its daemon flag, and multiprocessing refuses a daemon children ("daemonic processes are
+      not allowed to have children"). The rule guards against orphans when a daemon's parent
+      exits; here the pool is owned by a ``with`` block in the task and shut down with it;
+    - its authentication key as billiard's own type, which multiprocessing cannot pickle to a
+      forkserver child ("Pickling an AuthenticationString object is disallowed"). The same
+      bytes, as multiprocessing's type, serve the same purpose.
+    """
+    config = multiprocessing.current_process()._config  # the only home of both; no public setters
+    saved = {k: config[k] for k in ("daemon", "authkey") if k in config}
+    config["daemon"] = False
+    if "authkey" in config:
+        config["authkey"] = multiprocessing.process.AuthenticationString(bytes(config["authkey"]))
+    try:
+        yield
+    finally:
+        config.update(saved)

@@ -1,0 +1,6 @@
+"""The "AIGC" view in the Airflow UI: read-only pages over the lake, served by the API server.
+
+``app.py`` routes, ``auth.py`` who may see them, ``files.py`` which lake objects are served,
+``pages.py``/``markup.py`` the HTML, ``urls.py`` where it all lives. The data comes from the
+core's ``aigc.catalog``, which knows nothing of Airflow.
+"""

@@ -1,0 +1,98 @@
+"""Distributed mode: the same DAG on CeleryExecutor, Redis as broker, PostgreSQL as metadata DB.
+
+Two Celery workers, as a cluster would have them: one on the ``default`` queue (CPU tasks)
+and one on ``gpu`` (training and the mapped generation shards, routed there by
+``AIGC_GPU_QUEUE=gpu``). The test gets its own database and an empty Redis database, and
+drops and empties them afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+
+import pytest
+
+from aigc.lake import open_lake
+from tests.e2e.stack import AirflowStack, published_runs
+
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
+POSTGRES = os.environ.get("AIGC_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS = os.environ.get("AIGC_TEST_REDIS", "redis://127.0.0.1:6379")
+GPU_TASKS = {"train", "generate_shard"}
+HOW = ("set AIGC_TEST_POSTGRES (an admin URL: the test creates its own database) and AIGC_TEST_REDIS "
+       "to servers it may use, e.g. `docker run -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres` "
+       "and `docker run -p 6379:6379 redis`")
+
+
+def _postgres():
+    import psycopg2
+
+    connection = psycopg2.connect(POSTGRES, connect_timeout=5)
+    connection.autocommit = True
+    return connection
+
+
+def _empty_redis_db():
+    """A Redis database number nobody uses (no keys), so the test's broker traffic is its own."""
+    import redis
+
+    for number in range(15, 0, -1):
+        client = redis.Redis.from_url(f"{REDIS}/{number}", socket_connect_timeout=5)
+        if client.dbsize() == 0:
+            return number, client
+    raise RuntimeError(f"no empty database on {REDIS}")
+
+
+@pytest.fixture(scope="module")
+def celery_stack(tmp_path_factory):
+    try:
+        admin = _postgres()
+        redis_db, broker = _empty_redis_db()
+    except Exception as e:  # noqa: BLE001 - any reason the servers are unusable
+        pytest.skip(f"PostgreSQL at {POSTGRES} or Redis at {REDIS} unavailable ({e}); to run it, {HOW}")
+    database = f"aigc_e2e_{uuid.uuid4().hex[:10]}"
+    with admin.cursor() as cursor:
+        cursor.execute(f'CREATE DATABASE "{database}"')
+    # psycopg2 named explicitly: SQLAlchemy 2.1's default PostgreSQL driver is psycopg 3.
+    db_url = POSTGRES.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg2://", 1) + f"/{database}"
+    base = tmp_path_factory.mktemp("celery-stack")
+    stack = AirflowStack(
+        "celery", home=base / "airflow", lake_uri=str(base / "lake"), executor="CeleryExecutor",
+        celery_queues=["default", "gpu"],
+        extra_env={
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+            "AIRFLOW__CELERY__BROKER_URL": f"{REDIS}/{redis_db}",
+            "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + db_url,
+            "AIGC_GPU_QUEUE": "gpu",
+        },
+    )
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
+        broker.flushdb()
+        with admin.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        admin.close()
+
+
+def test_the_pipeline_runs_on_celery_workers_with_gpu_tasks_on_the_gpu_queue(celery_stack):
+    run_id = celery_stack.prime()
+    assert celery_stack.wait_for_runs([run_id])[run_id] == "success", f"logs in {celery_stack.logs}"
+    tis = celery_stack.task_instances(run_id)
+    queues = {t["task_id"]: t["queue"] for t in tis if t["state"] == "success"}
+    assert {q for task, q in queues.items() if task in GPU_TASKS} == {"gpu"}
+    assert {q for task, q in queues.items() if task not in GPU_TASKS} == {"default"}
+    # Only the gpu worker listens on "gpu": it ran training and both shards, the other worker the rest.
+    received = {queue: len(re.findall(r"Task .*execute_workload.* received",
+                                      (celery_stack.logs / f"celery-worker-{queue}.log").read_text()))
+                for queue in ("default", "gpu")}
+    ran_on_gpu = sum(1 for t in tis if t["task_id"] in GPU_TASKS and t["state"] == "success")
+    assert received["gpu"] == ran_on_gpu == 3, received
+    assert received["default"] >= len(queues) - 2, received
+    date = next(r for r in celery_stack.runs() if r["dag_run_id"] == run_id)["logical_date"][:10]
+    lake = open_lake(celery_stack.lake_uri)
+    assert set(published_runs(lake, date)) == {"curated", "training", "generations", "evaluations"}
+    assert lake.list("leases") == []
