@@ -1,28 +1,38 @@
 """Worker processes start from a task process as orchestrators make them (aigc.procs)."""
 
-import multiprocessing
 import subprocess
 import sys
 
 import pytest
 
+# Runs in a fresh interpreter: a process that already started a forkserver (this pytest
+# process, after other prepare tests) cannot hand it to a forked child.
+DAEMONIC_TASK = """
+import multiprocessing, sys
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake import LocalLake
 from aigc.prepare import make_raw_drop, prepare
 
-
-def _prepare_in(root: str, queue, billiard_key: bool) -> None:
+def task(root, queue, billiard_key):
     if billiard_key:  # what a Celery (billiard) pool worker leaves in the process it forks
         import billiard.process
-
         config = multiprocessing.current_process()._config
         config["authkey"] = billiard.process.AuthenticationString(bytes(config["authkey"]))
-    raw, lake = LocalLake(f"{root}/raw"), LocalLake(f"{root}/lake")
+    raw, lake = LocalLake(root + "/raw"), LocalLake(root + "/lake")
     make_raw_drop(raw, "2026-11-20", RawDropConfig(n=60, seed=1))
     try:
         queue.put(prepare(raw, lake, "2026-11-20", PrepareConfig(workers=2))["curated"])
-    except Exception as e:  # noqa: BLE001 - reported to the test
+    except Exception as e:
         queue.put(f"{type(e).__name__}: {e}")
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=task, args=(sys.argv[1], queue, sys.argv[2] == "billiard"), daemon=True)
+    child.start()
+    print("CURATED", queue.get(timeout=180))
+    child.join(30)
+"""
 
 
 @pytest.mark.parametrize("billiard_key", [False, True])
@@ -32,14 +42,13 @@ def test_prepare_starts_its_decoding_workers_inside_a_daemonic_process(tmp_path,
     AuthenticationString object is disallowed" (billiard's key type)."""
     if billiard_key:
         pytest.importorskip("billiard", reason="billiard comes with celery (requirements.txt)")
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    task = context.Process(target=_prepare_in, args=(str(tmp_path), queue, billiard_key), daemon=True)
-    task.start()
-    outcome = queue.get(timeout=180)
-    task.join(30)
-    assert isinstance(outcome, int) and outcome > 0, outcome
-    assert multiprocessing.current_process()._config.get("daemon") is not True  # ours was never touched
+    script = tmp_path / "daemonic_task.py"
+    script.write_text(DAEMONIC_TASK)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path), "billiard" if billiard_key else "plain"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    outcome = out.stdout.split("CURATED", 1)[1].strip()
+    assert outcome.isdigit() and int(outcome) > 0, outcome
 
 
 def test_workers_start_under_a_main_script_that_cannot_be_imported_again(tmp_path):

@@ -151,7 +151,9 @@ def decode_image(data: bytes | None, cfg: PrepareConfig) -> DecodedImage | Rejec
             img.load()  # full decode: truncated or corrupt data fails here
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         return Rejected("image_too_large", f"decompression-bomb guard: {e}")
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+    except UnidentifiedImageError:  # Pillow's message names a buffer's address: say it plainly, the same every run
+        return Rejected("image_undecodable", f"{len(data)} bytes that are not a {'/'.join(IMAGE_FORMATS)} image")
+    except (OSError, SyntaxError, ValueError) as e:
         return Rejected("image_undecodable", f"{type(e).__name__}: {e}")
     orig_mode, fmt = img.mode, img.format
     if img.mode.startswith("I"):  # 16/32-bit grey: scale to 8 bits, a plain convert would clip to white
@@ -179,19 +181,28 @@ def signature(caption: str, thumb: bytes, num_perm: int) -> np.ndarray:
     A cell counts as covered when it differs from the background (the median of the corner
     cells) by more than ``_MASK_MARGIN``: coarse on purpose, so re-encoding noise does not
     move it, while the exact pixels are compared later, on candidates only.
+    """
+    return signatures([caption], np.frombuffer(thumb, dtype=np.uint8)[None], num_perm)[0]
+
+
+def signatures(captions: list[str], thumbs: np.ndarray, num_perm: int) -> np.ndarray:
+    """(rows, num_perm): ``signature`` of each caption and its (rows, 192) thumbnail, all at once.
 
     The MinHash of a union is the element-wise minimum of the parts' MinHashes, so the
     caption's part is cached (captions repeat) and each cell's part is precomputed: the
     result equals ``minhash.signature`` of all the tokens together, at a fraction of the cost.
+    A batch of rows costs a few numpy calls in all, instead of a few per row.
     """
-    cells = np.frombuffer(thumb, dtype=np.uint8).reshape(-1, 3).astype(np.int16)  # (64, RGB)
-    corners = np.sort(cells[_CORNERS], axis=0)  # (4, RGB)
+    cells = thumbs.reshape(len(captions), -1, 3).astype(np.int16)  # (rows, 64, RGB)
+    corners = np.sort(cells[:, _CORNERS], axis=1)  # (rows, 4, RGB)
     # |cell − median| > margin, doubled so the median of 4 (a half-integer mean) stays an int
-    covered = (np.abs(2 * cells - (corners[1] + corners[2])) > 2 * _MASK_MARGIN).any(axis=1)  # (64,)
-    sig = _caption_signature(caption, num_perm)
-    if covered.any():
-        sig = np.minimum(sig, _cell_signatures(num_perm)[covered].min(axis=0))
-    return sig
+    background = corners[:, 1:2] + corners[:, 2:3]  # (rows, 1, RGB)
+    covered = (np.abs(2 * cells - background) > 2 * _MASK_MARGIN).any(axis=2)  # (rows, 64)
+    # Uncovered cells take no part: they count as +inf in the minimum.
+    cell_sigs = np.broadcast_to(_cell_signatures(num_perm), (len(captions), *_cell_signatures(num_perm).shape))
+    cell_part = np.min(cell_sigs, axis=1, where=covered[:, :, None], initial=np.iinfo(np.uint32).max)  # (rows, perms)
+    caption_part = np.stack([_caption_signature(caption, num_perm) for caption in captions])
+    return np.minimum(caption_part, cell_part)
 
 
 @lru_cache(maxsize=1 << 14)
@@ -222,6 +233,25 @@ def content_hash(image_sha256: str, caption: str) -> str:
 
 def examine(record: dict, image: bytes | None, cfg: PrepareConfig) -> dict | Rejected:
     """One parsed record and its image bytes → a curated row (plus dedup keys) or a rejection."""
+    return examine_all([(record, image)], cfg)[0]
+
+
+def examine_all(pairs: list[tuple[dict, bytes | None]], cfg: PrepareConfig) -> list[dict | Rejected]:
+    """``examine`` for a batch of (record, image bytes): the near-dup keys of every row are
+    computed together, vectorised over the batch."""
+    out = [_examine_one(record, image, cfg) for record, image in pairs]
+    rows = [row for row in out if not isinstance(row, Rejected)]
+    if rows:
+        thumbs = np.frombuffer(b"".join(row["_thumb"] for row in rows), dtype=np.uint8).reshape(len(rows), -1)
+        sigs = signatures([row["caption"] for row in rows], thumbs, cfg.near_dup_num_perm)
+        keys = minhash.band_keys(sigs, cfg.near_dup_threshold, cfg.near_dup_num_perm)  # (rows, bands)
+        for row, row_keys in zip(rows, keys, strict=True):
+            # Near-dup keys as bytes: a few ints pickle far cheaper than the signature array.
+            row["_bands"] = row_keys.tobytes()
+    return out
+
+
+def _examine_one(record: dict, image: bytes | None, cfg: PrepareConfig) -> dict | Rejected:
     caption = normalise_caption(record["caption"], cfg)
     if isinstance(caption, Rejected):
         return caption
@@ -245,7 +275,4 @@ def examine(record: dict, image: bytes | None, cfg: PrepareConfig) -> dict | Rej
         "source": record["source"],
         "created_at": record["created_at"],
         "_thumb": decoded.thumb,
-        # Near-dup keys as bytes: a few ints pickle far cheaper than the signature array.
-        "_bands": minhash.band_keys(signature(caption, decoded.thumb, cfg.near_dup_num_perm),
-                                    cfg.near_dup_threshold, cfg.near_dup_num_perm).tobytes(),
     }

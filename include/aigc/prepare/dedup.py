@@ -13,6 +13,8 @@ import numpy as np
 from aigc.prepare.checks import THUMB_SIDE, Rejected
 from aigc.prepare.minhash import BandedLSH
 
+DEDUP_KEYS = ("id", "content_hash", "_thumb", "_bands")
+"""What the dedup indexes read from a row: all the parent needs of a row before keeping it."""
 _THUMB_BYTES = THUMB_SIDE * THUMB_SIDE * 3
 _HALF = THUMB_SIDE // 2
 # (192,) thumbnail bytes @ (192, 12) → per quadrant and channel, the sum of its 16 cells
@@ -69,16 +71,19 @@ class NearDedup:
         self._ids: list[str] = []
 
     def check(self, row: dict) -> Rejected | None:
-        idx = self._lsh.query(np.frombuffer(row["_bands"], dtype=np.uint64).tolist())
+        idx = self._lsh.query(np.frombuffer(row["_bands"], dtype=np.uint64).tolist())  # repeats included
         if not len(idx):
             return None
         thumb = np.frombuffer(row["_thumb"], dtype=np.uint8)
-        # (candidates, 12) quadrant-sum gaps; `any` over the short axis is far cheaper than `max`.
-        too_far = np.abs(self._sums[idx] - thumb @ _QUADRANT_SUMS) > self._max_sum_distance
-        idx = idx[~too_far.any(axis=1)]
+        # (12, candidates): transposed, the max over the 12 sums is 12 vectorised steps, where a
+        # max along a short last axis would be one tiny reduction per candidate. (`take` is far
+        # cheaper than fancy indexing.)
+        gaps = self._sums.take(idx, axis=0).T.copy()
+        gaps -= (thumb @ _QUADRANT_SUMS)[:, None]
+        idx = idx[np.abs(gaps, out=gaps).max(axis=0) <= self._max_sum_distance]
         if not len(idx):
             return None
-        others = self._thumbs[idx]  # (candidates, 192) uint8: |a − b| without widening
+        others = self._thumbs.take(idx, axis=0)  # (candidates, 192) uint8: |a − b| without widening
         distance = (np.maximum(others, thumb) - np.minimum(others, thumb)).max(axis=1)
         hits = idx[distance <= self._max_distance]
         if not len(hits):

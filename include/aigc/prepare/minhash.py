@@ -8,7 +8,7 @@ candidates come from a dict lookup, never from comparing against every earlier r
 from __future__ import annotations
 
 import zlib
-from collections import defaultdict
+from array import array
 from functools import lru_cache
 
 import numpy as np
@@ -58,29 +58,42 @@ def bands_for(threshold: float, num_perm: int, recall_at_threshold: float = 0.85
 
 
 def band_keys(sig: np.ndarray, threshold: float, num_perm: int) -> np.ndarray:
-    """uint64[bands]: each band of the signature folded to one int (a cheap dict key).
+    """uint64[..., bands]: each band of the signature(s) ``sig[..., num_perm]`` folded to one int
+    (a cheap dict key). A stack of signatures is folded at once.
 
     Computed where the signature is (a decoding process), so only these few ints travel.
     """
     bands, rows = bands_for(threshold, num_perm)
-    used = sig[: bands * rows].reshape(bands, rows).astype(np.uint64)
+    used = sig[..., : bands * rows].reshape(*sig.shape[:-1], bands, rows).astype(np.uint64)
     mixed = used * np.arange(1, rows + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    return np.bitwise_xor.reduce(mixed ^ (used << np.uint64(29)), axis=1)
+    return np.bitwise_xor.reduce(mixed ^ (used << np.uint64(29)), axis=-1)
 
 
 class BandedLSH:
-    """Candidate lookup by band keys (from ``band_keys``); values are small ints (row numbers)."""
+    """Candidate lookup by band keys (from ``band_keys``); values are row numbers (int64).
+
+    Each bucket is an ``array`` of int64, not a list of ints: a query joins the buckets' bytes
+    into one numpy array without touching a Python int, which matters when captions repeat and
+    buckets hold hundreds of rows.
+    """
 
     def __init__(self, threshold: float, num_perm: int):
         self.bands, self.rows = bands_for(threshold, num_perm)
-        self._tables: list[dict[int, list[int]]] = [defaultdict(list) for _ in range(self.bands)]
+        self._tables: list[dict[int, array]] = [{} for _ in range(self.bands)]
 
     def query(self, keys: list[int]) -> np.ndarray:
-        """The values stored under any of the band ``keys``, each once, in no particular order."""
+        """The values stored under any of the band ``keys``, in no particular order.
+
+        A value appears once per band it shares: removing the repeats costs more than the
+        vectorised checks that follow spend on them.
+        """
         hits = [table[key] for table, key in zip(self._tables, keys, strict=True) if key in table]
-        found = set().union(*hits)  # similar rows share most bands: collapse the repeats in C
-        return np.fromiter(found, dtype=np.int64, count=len(found))
+        return np.frombuffer(b"".join(hits), dtype=np.int64)
 
     def insert(self, keys: list[int], value: int) -> None:
         for table, key in zip(self._tables, keys, strict=True):
-            table[key].append(value)
+            bucket = table.get(key)
+            if bucket is None:
+                table[key] = array("q", (value,))
+            else:
+                bucket.append(value)

@@ -28,7 +28,7 @@ from aigc.prepare.checks import Rejected
 from aigc.prepare.dedup import ExactDedup, NearDedup
 from aigc.prepare.drop import SUCCESS, RawLine, drop_prefix, iter_lines, record_files
 from aigc.prepare.shards import CURATED_SCHEMA, QUARANTINE_SCHEMA, RollingParquetWriter
-from aigc.prepare.worker import examine_lines, init_worker
+from aigc.prepare.worker import Examined, examine_lines, init_worker
 from aigc.procs import worker_processes_allowed
 from aigc.progress import progress
 
@@ -69,19 +69,34 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
             "image_key": record.get("image") if record else None, "image": image,
         })
 
-    def keep(line: RawLine, record: dict | None, image: bytes | None, verdict: dict | Rejected) -> None:
+    def keep_batch(lines_: list[RawLine], examined: Examined) -> None:
+        """Deduplicate a batch's candidates in drop order, then write the kept rows at once."""
         nonlocal n_curated
-        if not isinstance(verdict, Rejected):  # the first record wins: dedup runs in drop order
-            verdict = exact.check_id(verdict["id"]) or exact.check(verdict) or near.check(verdict) or verdict
-        if isinstance(verdict, Rejected):
-            reject(line, verdict, record, image)
+        kept: list[int] = []  # rows of `examined.columns`
+        candidate = 0
+        for line, (record, image, verdict) in zip(lines_, examined.outcomes, strict=True):
+            if isinstance(verdict, Rejected):
+                reject(line, verdict, record, image)
+                continue
+            # The first record wins: dedup runs in drop order.
+            duplicate = exact.check_id(verdict["id"]) or exact.check(verdict) or near.check(verdict)
+            if duplicate:
+                reject(line, duplicate, record, None)
+            else:
+                exact.add(verdict)
+                near.add(verdict)
+                kept.append(candidate)
+            candidate += 1
+        if not kept:
             return
-        exact.add(verdict)
-        near.add(verdict)
-        curated.write({k: v for k, v in verdict.items() if not k.startswith("_")})
-        n_curated += 1
-        chars = verdict["caption_chars"]
-        caption_chars[:] = [min(caption_chars[0], chars), max(caption_chars[1], chars), caption_chars[2] + chars]
+        rows = examined.columns
+        if len(kept) < candidate:
+            rows = {name: [column[i] for i in kept] for name, column in rows.items()}
+        curated.write_columns(rows)
+        n_curated += len(kept)
+        chars = rows["caption_chars"]
+        caption_chars[:] = [min(caption_chars[0], min(chars)), max(caption_chars[1], max(chars)),
+                            caption_chars[2] + sum(chars)]
 
     workers = cfg.workers or os.cpu_count() or 1
     drop = raw.sub(drop_prefix(date))
@@ -90,8 +105,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
 
     def drain_one() -> None:
         lines_, future = in_flight.popleft()
-        for line, outcome in zip(lines_, future.result(), strict=True):
-            keep(line, *outcome)
+        keep_batch(lines_, future.result())
 
     with _executor(workers, drop, cfg) as pool:
         batch: list[RawLine] = []

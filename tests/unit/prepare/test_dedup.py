@@ -20,8 +20,13 @@ def curated_rows(tmp_path, n: int = 1500) -> list[dict]:
     make_raw_drop(raw, DATE, RawDropConfig(n=n, seed=3, dirt_rate=0.3))
     init_worker(raw.sub(drop_prefix(DATE)), CFG)
     lines = list(iter_lines(raw, record_files(raw, DATE)))
-    outcomes = [o for i in range(0, len(lines), 256) for o in examine_lines(lines[i : i + 256])]
-    return [verdict for _, _, verdict in outcomes if not isinstance(verdict, Rejected)]
+    rows = []
+    for i in range(0, len(lines), 256):
+        examined = examine_lines(lines[i : i + 256])
+        keys = [verdict for _, _, verdict in examined.outcomes if not isinstance(verdict, Rejected)]
+        columns = examined.columns
+        rows += [{**{name: columns[name][i] for name in columns}, **k} for i, k in enumerate(keys)]
+    return rows
 
 
 def pairwise_first_match(rows: list[dict]) -> list[str | None]:

@@ -29,3 +29,16 @@ def test_row_groups_close_on_bytes_before_rows_and_shards_roll(lake):
 def test_an_empty_writer_writes_nothing(lake):
     assert RollingParquetWriter(lake, "t", SCHEMA, target_bytes=1 << 20, row_group_rows=10).close() == []
     assert lake.list("t") == []
+
+
+def test_rows_written_as_columns_make_the_same_shards_as_rows_written_one_by_one(lake):
+    rows = [{"i": i, "blob": bytes([i % 256]) * (i * 97 % 9000)} for i in range(300)]
+    sizes = {"target_bytes": 256 * 1024, "row_group_rows": 16, "row_group_bytes": 64 * 1024}
+    one_by_one = RollingParquetWriter(lake, "a", SCHEMA, **sizes)
+    for row in rows:
+        one_by_one.write(row)
+    by_columns = RollingParquetWriter(lake, "b", SCHEMA, **sizes)
+    for start, stop in [(0, 5), (5, 6), (6, 90), (90, 91), (91, 300)]:  # batches across group bounds
+        by_columns.write_columns({name: [r[name] for r in rows[start:stop]] for name in SCHEMA.names})
+    a, b = one_by_one.close(), by_columns.close()
+    assert [(s["rows"], s["sha256"]) for s in a] == [(s["rows"], s["sha256"]) for s in b] and len(a) > 1
