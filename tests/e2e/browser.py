@@ -78,6 +78,11 @@ class Browser:
         self.css("button[type=submit]").click()
         self.until(lambda: "/auth/login" not in self.driver.current_url, "the login to go through")
 
+    def all_xpath(self, expression: str) -> list:
+        from selenium.webdriver.common.by import By
+
+        return self.driver.find_elements(By.XPATH, expression)
+
     def until(self, condition: Callable[[], object], what: str, timeout: float = 30):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

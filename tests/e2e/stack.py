@@ -111,9 +111,9 @@ class AirflowStack:
             out = open(self.logs / f"{component}.log", "ab")  # noqa: SIM115 - owned by the child until stop()
             self.processes[component] = subprocess.Popen([AIRFLOW, *argv], env=self.env, stdout=out,
                                                          stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait(lambda: self._http("GET", "/api/v2/monitor/health", auth=False) is not None, timeout,
+        self.wait_until(lambda: self._http("GET", "/api/v2/monitor/health", auth=False) is not None, timeout,
                    "the api-server to answer /api/v2/monitor/health")
-        self._wait(lambda: self.api("GET", f"/api/v2/dags/{DAG_ID}", missing_ok=True) is not None, timeout,
+        self.wait_until(lambda: self.api("GET", f"/api/v2/dags/{DAG_ID}", missing_ok=True) is not None, timeout,
                    f"the dag-processor to parse {DAG_ID}")
         return self
 
@@ -196,7 +196,7 @@ class AirflowStack:
             states = {r: self.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{r}")["state"] for r in run_ids}
             return states if all(s in ("success", "failed") for s in states.values()) else None
 
-        states = self._wait(finished, timeout, f"runs {run_ids} to finish", interval=5)
+        states = self.wait_until(finished, timeout, f"runs {run_ids} to finish", interval=5)
         for run_id, state in states.items():
             if state != "success":
                 failed = [t["task_id"] for t in self.task_instances(run_id) if t["state"] == "failed"]
@@ -222,7 +222,8 @@ class AirflowStack:
                 raise
             return None  # not up yet
 
-    def _wait(self, probe, timeout: float, what: str, interval: float = 1.0):
+    def wait_until(self, probe, timeout: float, what: str, interval: float = 1.0):
+        """``probe()``'s first truthy result, checking that every component is still alive meanwhile."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             result = probe()

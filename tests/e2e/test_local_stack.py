@@ -13,7 +13,6 @@ import json
 from urllib.parse import quote
 
 import pytest
-from selenium.webdriver.common.by import By
 
 from aigc.lake import open_lake
 from aigc.lake.keys import partition
@@ -94,7 +93,7 @@ def test_backfill_makes_one_partition_per_date_under_every_reprocess_behavior(lo
                         "--dag-run-conf", json.dumps(SMOKE_CONF))
         (new,) = [b for b in local_stack.api("GET", f"/api/v2/backfills?dag_id={DAG_ID}")["backfills"]
                   if b["id"] not in before]
-        return local_stack._wait(
+        return local_stack.wait_until(
             lambda: (b := local_stack.api("GET", f"/api/v2/backfills/{new['id']}"))["completed_at"] and b,
             1200, f"backfill {new['id']} to complete", interval=5)
 
@@ -139,7 +138,7 @@ def test_a_user_triggers_from_the_form_in_chromium_and_sees_the_gallery_in_the_a
         chromium.xpath("//*[normalize-space(text())='Deployment and generation']").click()  # a form section
         chromium.css("input[name=element_prompts]").send_keys("16")  # the one value changed
         chromium.shot("01-trigger-form")
-        chromium.driver.find_elements(By.XPATH, "//button[normalize-space()='Trigger']")[-1].click()
+        chromium.all_xpath("//button[normalize-space()='Trigger']")[-1].click()  # the form's, not the header's
         run_id = chromium.until(lambda: ({r["dag_run_id"] for r in local_stack.runs()} - before or {None}).pop(),
                                 "the form's run to appear")
         assert local_stack.wait_for_runs([run_id])[run_id] == "success"

@@ -40,8 +40,6 @@ def test_prepare_starts_its_decoding_workers_inside_a_daemonic_process(tmp_path,
     """As in a task forked from a Celery prefork pool worker: before the fix, prepare failed
     there with "daemonic processes are not allowed to have children", then with "Pickling an
     AuthenticationString object is disallowed" (billiard's key type)."""
-    if billiard_key:
-        pytest.importorskip("billiard", reason="billiard comes with celery (requirements.txt)")
     script = tmp_path / "daemonic_task.py"
     script.write_text(DAEMONIC_TASK)
     out = subprocess.run([sys.executable, str(script), str(tmp_path), "billiard" if billiard_key else "plain"],
