@@ -159,7 +159,11 @@ class AirflowStack:
             return e.code, e.read().decode(errors="replace")
 
     def cli(self, *args: str, timeout: float = 300) -> str:
-        out = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        for _attempt in range(3):  # SQLite allows one writer: a CLI write racing the scheduler can hit a lock
+            out = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+            if out.returncode == 0 or "database is locked" not in out.stderr + out.stdout:
+                break
+            time.sleep(2)
         assert out.returncode == 0, f"airflow {' '.join(args)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         return out.stdout
 
