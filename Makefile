@@ -19,6 +19,10 @@ export AIGC_LAKE_URI ?= $(CURDIR)/.lake
 # What the trigger form (and the schedule) runs when nothing is changed: laptop-sized.
 export AIGC_DEFAULT_PRESET ?= demo
 export GX_ANALYTICS_ENABLED := False
+# SQLite (the embedded metadata DB) fails a write after 5 s behind a lock: wait a minute instead.
+# Only for SQLite: point these elsewhere (or unset them) with a PostgreSQL sql_alchemy_conn.
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS ?= aigc_airflow.sqlite.CONNECT_ARGS
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC ?= aigc_airflow.sqlite.CONNECT_ARGS
 
 .PHONY: help install demo demo-s3 test airflow bench lint clean
 

@@ -27,6 +27,7 @@ AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 ARTIFACTS = ROOT / "test-artifacts" / "e2e"
 DAG_ID = "aigc_pipeline"
 USER = "admin"
+SQLITE_CONNECT_ARGS = "aigc_airflow.sqlite.CONNECT_ARGS"  # a lock waits a minute, not 5 s (see that module)
 
 # The pipeline at smoke size (aigc.config's "smoke" preset): every stage for real, about a minute on 2 cores.
 SMOKE_CONF = {"preset": "smoke"}
@@ -90,6 +91,9 @@ class AirflowStack:
             "NO_PROXY": "127.0.0.1,localhost",
             "PATH": f"{Path(AIRFLOW).parent}:{os.environ.get('PATH', '')}",
         })
+        if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in self.extra_env:  # the default: SQLite in AIRFLOW_HOME
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = SQLITE_CONNECT_ARGS
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] = SQLITE_CONNECT_ARGS
         env.update(self.extra_env)
         return env
 
@@ -159,11 +163,7 @@ class AirflowStack:
             return e.code, e.read().decode(errors="replace")
 
     def cli(self, *args: str, timeout: float = 300) -> str:
-        for _attempt in range(3):  # SQLite allows one writer: a CLI write racing the scheduler can hit a lock
-            out = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
-            if out.returncode == 0 or "database is locked" not in out.stderr + out.stdout:
-                break
-            time.sleep(2)
+        out = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
         assert out.returncode == 0, f"airflow {' '.join(args)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         return out.stdout
 

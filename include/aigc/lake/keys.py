@@ -19,8 +19,21 @@ class LakeKeyError(ValueError):
     """A key that could escape the lake root or that no backend can store."""
 
 
+# Segments of word characters, '=', '.', '+' and '-', none of them '.' or '..': the common key
+# shape, accepted by one match (keys are validated in hot loops, one per image read).
+_PLAIN_KEY = re.compile(r"(?:(?!\.\.?(?:/|$))[\w=.+-]+/)*(?!\.\.?$)[\w=.+-]+")
+_PLAIN_KEY_CHARS = MAX_KEY_BYTES // 4  # UTF-8 takes at most 4 bytes per character
+
+
 def validate_key(key: str, *, allow_empty: bool = False) -> str:
     """Return ``key`` unchanged if it is a safe relative key, else raise LakeKeyError."""
+    if isinstance(key, str) and len(key) <= _PLAIN_KEY_CHARS and _PLAIN_KEY.fullmatch(key):
+        return key
+    return _check_key(key, allow_empty)
+
+
+def _check_key(key: str, allow_empty: bool) -> str:
+    """Every rule, one by one, so a refusal names the rule it broke."""
     if not isinstance(key, str):
         raise LakeKeyError(f"lake key must be a str, got {type(key).__name__}")
     if key == "" and allow_empty:

@@ -78,12 +78,15 @@ class LocalLake(Lake):
         return _etag(data)
 
     def _get(self, key: str) -> tuple[bytes, str]:
+        data = self._read(key)
+        return data, _etag(data)
+
+    def _read(self, key: str) -> bytes:
         try:
             with open(self._read_path(key), "rb") as f:
-                data = f.read()
+                return f.read()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise ObjectNotFound(f"{self.url(key)} does not exist") from None
-        return data, _etag(data)
 
     def _exists(self, key: str) -> bool:
         return os.path.isfile(self._read_path(key))

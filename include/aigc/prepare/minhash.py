@@ -90,6 +90,16 @@ class BandedLSH:
         hits = [table[key] for table, key in zip(self._tables, keys, strict=True) if key in table]
         return np.frombuffer(b"".join(hits), dtype=np.int64)
 
+    def query_many(self, keys_per_row: list[list[int]]) -> tuple[np.ndarray, list[int]]:
+        """``query`` for many rows at once: all their values in one array, and how many are each row's."""
+        hits: list[array] = []
+        counts = []
+        for keys in keys_per_row:
+            before = len(hits)
+            hits += [table[key] for table, key in zip(self._tables, keys, strict=True) if key in table]
+            counts.append(sum(map(len, hits[before:])))
+        return np.frombuffer(b"".join(hits), dtype=np.int64), counts
+
     def insert(self, keys: list[int], value: int) -> None:
         for table, key in zip(self._tables, keys, strict=True):
             bucket = table.get(key)

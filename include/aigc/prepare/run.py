@@ -25,7 +25,7 @@ from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
 from aigc.prepare.checks import Rejected
-from aigc.prepare.dedup import ExactDedup, NearDedup
+from aigc.prepare.dedup import Deduplicator
 from aigc.prepare.drop import SUCCESS, RawLine, drop_prefix, iter_lines, record_files
 from aigc.prepare.shards import CURATED_SCHEMA, QUARANTINE_SCHEMA, RollingParquetWriter
 from aigc.prepare.worker import Examined, examine_lines, init_worker
@@ -55,8 +55,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
              "row_group_bytes": cfg.row_group_bytes}
     curated = RollingParquetWriter(lake, curated_run, CURATED_SCHEMA, **sizes)
     quarantine = RollingParquetWriter(lake, quarantine_run, QUARANTINE_SCHEMA, **sizes)
-    exact = ExactDedup()
-    near = NearDedup(cfg.near_dup_threshold, cfg.near_dup_num_perm, cfg.near_dup_image_distance)
+    dedup = Deduplicator(cfg.near_dup_threshold, cfg.near_dup_num_perm, cfg.near_dup_image_distance)
     reasons: Counter[str] = Counter()
     n_input = n_curated = 0
     caption_chars: list[int] = [10**9, 0, 0]  # min, max, sum
@@ -74,17 +73,16 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         nonlocal n_curated
         kept: list[int] = []  # rows of `examined.columns`
         candidate = 0
+        # The first record wins: dedup runs in drop order.
+        duplicates = iter(dedup.check_batch([v for _, _, v in examined.outcomes if not isinstance(v, Rejected)]))
         for line, (record, image, verdict) in zip(lines_, examined.outcomes, strict=True):
             if isinstance(verdict, Rejected):
                 reject(line, verdict, record, image)
                 continue
-            # The first record wins: dedup runs in drop order.
-            duplicate = exact.check_id(verdict["id"]) or exact.check(verdict) or near.check(verdict)
+            duplicate = next(duplicates)
             if duplicate:
                 reject(line, duplicate, record, None)
             else:
-                exact.add(verdict)
-                near.add(verdict)
                 kept.append(candidate)
             candidate += 1
         if not kept:

@@ -1,7 +1,9 @@
 import datetime as dt
+import random
 
 import pytest
 
+from aigc.lake import keys
 from aigc.lake.keys import LakeKeyError, join, parse_date, partition, run_prefix, validate_key
 
 
@@ -49,3 +51,22 @@ def test_bad_dates_name_the_expected_format(bad):
 def test_dataset_names_must_be_slugs(name):
     with pytest.raises(LakeKeyError, match="slug"):
         partition("curated", name, "2026-11-28")
+
+
+def test_the_fast_path_accepts_only_keys_every_rule_accepts():
+    """validate_key's one-regex shortcut must never let through a key the full checks refuse."""
+    rng = random.Random(7)
+    alphabet = ["a", "Z", "0", "_", "-", "=", ".", "..", "/", "//", "\\", " ", ":", "ü", "\n", "\x00", "+"]
+    shortcut = fully_accepted = 0
+    for _ in range(20_000):
+        key = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
+        try:
+            keys._check_key(key, allow_empty=False)
+            full = True
+        except LakeKeyError:
+            full = False
+        fast = len(key) <= keys._PLAIN_KEY_CHARS and keys._PLAIN_KEY.fullmatch(key) is not None
+        assert not fast or full, key
+        shortcut += fast
+        fully_accepted += full
+    assert shortcut > 1000 and fully_accepted > shortcut  # both paths were exercised
