@@ -18,15 +18,16 @@ from dataclasses import dataclass
 from aigc.config import PipelineConfig
 from aigc.generate.run import MANIFEST as GENERATION_MANIFEST
 from aigc.lake import Lake, ObjectNotFound
-from aigc.lake.keys import join, parse_date, partition, validate_key
+from aigc.lake.keys import NAME, RUN_ID, join, parse_date, partition, validate_key
 from aigc.lake.publish import NotPublished, resolve
 from aigc.prepare.run import MANIFEST as CURATED_MANIFEST
 from aigc.registry import Registry
 
 TRAINING_SUMMARY = "_SUMMARY.json"  # aigc.train.artifacts.SUMMARY; not imported: that module imports torch
 _DATE_FOLDER = re.compile(r"^dt=(\d{4}-\d{2}-\d{2})$")
-_REPORT_KEY = re.compile(
-    r"(?:^|/)(evaluations/[a-z0-9][a-z0-9_-]{0,63}/dt=\d{4}-\d{2}-\d{2}/run=[0-9A-Za-z][0-9A-Za-z_.-]{0,127}/report\.html)$")
+_REPORT_KEY = re.compile(  # the names and run ids that keys.py validates, without their anchors
+    rf"(?:^|/)(evaluations/{NAME.pattern.strip('^$')}/dt=\d{{4}}-\d{{2}}-\d{{2}}/run={RUN_ID.pattern.strip('^$')}"
+    r"/report\.html)$")
 
 
 @dataclass(frozen=True)

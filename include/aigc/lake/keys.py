@@ -10,8 +10,9 @@ import datetime as dt
 import re
 
 MAX_KEY_BYTES = 1024  # S3's own limit on a key
-_RUN_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,127}$")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# What a run id and a dataset or model name may be (readers that parse keys reuse these).
+RUN_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]{0,127}$")
+NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -64,14 +65,14 @@ def join(*parts: str) -> str:
 
 def validate_name(kind: str, name: str) -> str:
     """Dataset and source names become key segments: lower-case slugs only."""
-    if not _NAME.match(name or ""):
-        raise LakeKeyError(f"{kind} name {name!r} must match {_NAME.pattern} (a lower-case slug)")
+    if not NAME.match(name or ""):
+        raise LakeKeyError(f"{kind} name {name!r} must match {NAME.pattern} (a lower-case slug)")
     return name
 
 
 def validate_run_id(run_id: str) -> str:
-    if not _RUN_ID.match(run_id or ""):
-        raise LakeKeyError(f"run id {run_id!r} must match {_RUN_ID.pattern}")
+    if not RUN_ID.match(run_id or ""):
+        raise LakeKeyError(f"run id {run_id!r} must match {RUN_ID.pattern}")
     return run_id
 
 
