@@ -87,8 +87,7 @@ class BandedLSH:
         A value appears once per band it shares: removing the repeats costs more than the
         vectorised checks that follow spend on them.
         """
-        hits = [table[key] for table, key in zip(self._tables, keys, strict=True) if key in table]
-        return np.frombuffer(b"".join(hits), dtype=np.int64)
+        return self.query_many([keys])[0]
 
     def query_many(self, keys_per_row: list[list[int]]) -> tuple[np.ndarray, list[int]]:
         """``query`` for many rows at once: all their values in one array, and how many are each row's."""
