@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 # sets it (a laptop: demo; a CI cluster: smoke); the full-size "default" otherwise.
 DEFAULT_PRESET = os.environ.get("AIGC_DEFAULT_PRESET", "default")
 DATA, TRAINING, SERVING, GATES = "Data", "Training", "Deployment and generation", "Quality gates"
+PRESETS_VALUE = {None: "(the preset's value)"}  # what an empty choice means, instead of a bare "null"
 
 PARAMS = {
     "preset": Param(DEFAULT_PRESET, enum=["default", "demo", "smoke"], title="Preset",
@@ -61,8 +62,9 @@ PARAMS = {
                      description="Where drops land, e.g. s3://bucket/raw/shapes. Empty: <lake>/raw/shapes."),
     "n_records": Param(None, type=["null", "integer"], minimum=1, maximum=5_000_000, title="Synthetic records",
                        section=DATA, description="Records in the synthetic drop (empty: the preset's)."),
-    "resolution": Param(None, type=["null", "integer"], enum=[None, 32, 64, 128, 256], title="Image resolution",
-                        section=DATA, description="Side of the square images, in pixels (empty: the preset's)."),
+    "resolution": Param(None, type=["null", "integer"], enum=[None, 32, 64, 128, 256], values_display=PRESETS_VALUE,
+                        title="Image resolution", section=DATA,
+                        description="Side of the square images, in pixels (empty: the preset's)."),
     "dirt_rate": Param(None, type=["null", "number"], minimum=0, maximum=1, title="Dirt rate", section=DATA,
                        description="Fraction of synthetic records with planted defects (empty: the preset's)."),
     "near_dup_threshold": Param(None, type=["null", "number"], minimum=0.05, maximum=1, section=DATA,
@@ -74,9 +76,10 @@ PARAMS = {
                    section=TRAINING,
                    description="torchrun --nproc-per-node: CPU processes here, one per GPU on a GPU worker."),
     "precision": Param(None, type=["null", "string"], enum=[None, "auto", "fp32", "bf16", "fp16"], section=TRAINING,
-                       title="Training precision", description="auto: bf16 on a GPU that has it, else fp32."),
+                       values_display=PRESETS_VALUE, title="Training precision",
+                       description="auto: bf16 on a GPU that has it, else fp32."),
     "variant": Param(None, type=["null", "string"], enum=[None, "fp32", "bf16", "pruned", "onnx", "int8"],
-                     section=SERVING, title="Generation variant",
+                     values_display=PRESETS_VALUE, section=SERVING, title="Generation variant",
                      description="A variant that passed gate 3 (empty: the preset's)."),
     "prompts": Param(None, type=["null", "integer"], minimum=1, maximum=1_000_000, title="Demo prompts",
                      section=SERVING,
@@ -92,10 +95,23 @@ PARAMS = {
                                   title="Gate 1: maximum quarantined fraction"),
     "max_final_val_loss": Param(None, type=["null", "number"], minimum=0, section=GATES,
                                 title="Gate 2: maximum final validation loss"),
+    "eval_prompts": Param(None, type=["null", "integer"], minimum=1, maximum=1_000_000, section=GATES,
+                          title="Gate 5: evaluation prompts",
+                          description="Prompts every configuration generates for the Pareto grid and the regression "
+                                      "check (648: every attribute combination once); more narrows the intervals."),
     "min_alignment": Param(None, type=["null", "number"], minimum=0, maximum=1, section=GATES,
-                           title="Gate 5: minimum alignment", description="All-attributes-correct fraction."),
+                           title="Gate 5: minimum alignment",
+                           description="All-attributes-correct fraction; fails only when significantly below."),
+    "min_checker_accuracy": Param(None, type=["null", "number"], minimum=0, maximum=1, section=GATES,
+                                  title="Gate 5: minimum checker accuracy",
+                                  description="The checker's own accuracy on its reference set and on the day's "
+                                              "real images; fails only when significantly below."),
     "max_fid": Param(None, type=["null", "number"], minimum=0, title="Gate 5: maximum Fréchet distance",
                      section=GATES),
+    "max_regression": Param(None, type=["null", "number"], minimum=0, maximum=1, section=GATES,
+                            title="Gate 5: maximum regression against production",
+                            description="Alignment points the candidate may lose to production on the same prompts "
+                                        "and seeds; fails only when the loss is significantly larger."),
 }
 
 

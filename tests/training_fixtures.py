@@ -4,6 +4,8 @@ real stage 1 (small: seconds), and a tiny configuration."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +88,32 @@ def deployed_lake(trained_lake):
                    DeployConfig(variants="fp32,bf16", smoke_prompts=4, latency_batch=4, latency_repeats=1))
     smoke_test(trained_lake, "shapes-cvae", version, DeployGateThresholds(max_latency_ms=1e6, max_pixel_mae=0.0), DATE)
     return trained_lake
+
+
+DEMO_MODEL = Path(__file__).resolve().parent / "fixtures" / "demo_model"
+
+
+@pytest.fixture(scope="session")
+def demo_model_template(tmp_path_factory):
+    """A lake with the shipped demo-preset model (tests/fixtures/demo_model) registered as v0001, every
+    variant of the demo built and gate 3 passed: a model of demo quality without minutes of training."""
+    from aigc.config import preset
+    from aigc.lake.keys import join, partition
+    from aigc.quality.deploy import smoke_test
+    from aigc.quality.training import publish_trained
+    from aigc.registry.deploy import build_variants, register_trained
+
+    root = tmp_path_factory.mktemp("demo-model") / "lake"
+    lake = LocalLake(root)
+    summary = json.loads((DEMO_MODEL / "_SUMMARY.json").read_text())
+    date, run_id = summary["date"], summary["run_id"]
+    run = join(partition("training", "shapes-cvae", date), f"run={run_id}")
+    for path in DEMO_MODEL.iterdir():
+        if path.suffix in (".safetensors", ".json", ".parquet", ".png"):
+            lake.put_bytes(join(run, path.name), path.read_bytes())
+    publish_trained(lake, "shapes-cvae", date, run_id)
+    cfg = preset("demo")
+    version = register_trained(lake, "shapes-cvae", date)["version"]
+    build_variants(lake, "shapes-cvae", version, cfg.deploy)
+    smoke_test(lake, "shapes-cvae", version, cfg.deploy_gate, date)
+    return root

@@ -136,7 +136,8 @@ class Catalog:
         registry = self.registry()
         return {"date": date, "published": {s.name: self.published(s.name, date) for s in STAGES},
                 "gates": {g: self.gate_results(g, date) for g in GATES},
-                "versions": [v for v in registry["versions"] if v["date"] == date], "aliases": registry["aliases"]}
+                "versions": [v for v in registry["versions"] if v["date"] == date], "aliases": registry["aliases"],
+                "evaluation": self.evaluation_of(date)}
 
     def registry(self) -> dict:
         """Versions (oldest first) with their variants' eligibility, the aliases and their history."""
@@ -144,6 +145,30 @@ class Catalog:
         doc = registry.aliases()
         versions = [_version(v, doc["aliases"]) for v in registry.versions()]
         return {"model": self.model, "aliases": doc["aliases"], "history": doc["history"], "versions": versions}
+
+    def evaluation_of(self, date: str | dt.date) -> dict | None:
+        """The newest evaluation run of ``date``, published or not, with gate 5's verdict in plain words
+        and the keys of its report and the gallery it judged; None if the date has none.
+
+        A run that failed gate 5 is not published, yet its report and gallery are what a user needs
+        to see why: this is how ``aigc status`` and the view find them.
+        """
+        part = self.partition("evaluations", date)
+        runs = sorted({k.split("/")[3].removeprefix("run=") for k in self.lake.list(part)
+                       if k.endswith("/metrics.json") and k.count("/") == 4})
+        if not runs:
+            return None
+        run_id = runs[-1]
+        prefix = join(part, f"run={run_id}")
+        metrics = self.lake.get_json(join(prefix, "metrics.json"))
+        pointer = self.pointer("evaluations", date)
+        gate = self.gate_result("evaluation", date, run_id)
+        judged = (metrics.get("gates") or {}).get("evaluation") or {}
+        files = {name: join(prefix, name) for name in ("report.html", "pareto.png", "gallery.png")}
+        return {"run_id": run_id, "run_prefix": prefix, "summary": metrics,
+                "published": bool(pointer and pointer["run_id"] == run_id),
+                "gate": gate, "failed_checks": [c for c in judged.get("checks", []) if not c["passed"]],
+                "files": {n: k for n, k in files.items() if self.lake.exists(k)}}
 
     def latest_evaluation(self) -> dict | None:
         """The newest date's published evaluation, with the keys of its report and plots; None if none."""

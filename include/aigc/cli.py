@@ -181,16 +181,18 @@ def cmd_registry(args: argparse.Namespace) -> dict:
 
 
 def cmd_status(args: argparse.Namespace) -> dict:
-    """What is published for a date, and what the gate said about it."""
+    """What is published for a date, every gate's latest verdict, and the latest evaluation (even a failed one)."""
     from aigc.catalog import Catalog
 
     cfg = _config(args)
     lake = open_lake(args.lake)
     catalog = Catalog(lake, cfg.prepare.dataset, cfg.model.name)
-    status: dict = {"command": "status", "lake": lake.uri, "date": args.date}
+    status: dict = {"command": "status", "lake": lake.uri, "date": args.date,
+                    "gates": _gate_status(catalog, args.date), "evaluation": _evaluation_status(catalog, args.date)}
     curated = catalog.published("curated", args.date)
     if curated is None:
         where = lake.url(catalog.partition("curated", args.date))
+        log.info("nothing is published at %s", where)
         return {**status, "curated": None, "note": f"nothing is published at {where}"}
     manifest = curated["summary"]
     gate = catalog.gate_result("curated", args.date, curated["run_id"])
@@ -208,6 +210,48 @@ def cmd_status(args: argparse.Namespace) -> dict:
             "model": _model_status(catalog, args.date),
             "registry": _registry_status(lake, cfg.model.name),
             "generations": _generation_status(catalog, args.date)}
+
+
+def _gate_status(catalog, date: str) -> dict:
+    """Each gate's latest verdict of the date: passed, failed (with what failed), or not run."""
+    from aigc.catalog import GATES
+
+    out = {}
+    for number, gate in enumerate(GATES, start=1):
+        verdicts = catalog.gate_results(gate, date)
+        if not verdicts:
+            out[gate] = None
+            continue
+        latest = max(verdicts, key=lambda v: v["run_id"])
+        out[gate] = {"passed": latest["success"], "run_id": latest["run_id"], "failures": latest["failures"],
+                     "result_uri": catalog.lake.url(latest["result_key"])}
+        if not latest["success"] and gate != "evaluation":  # gate 5 is explained in plain words below
+            log.warning("gate %d (%s) FAILED for run %s:\n  - %s\n  results: %s", number, gate, latest["run_id"],
+                        "\n  - ".join(latest["failures"]), out[gate]["result_uri"])
+    return out
+
+
+def _evaluation_status(catalog, date: str) -> dict | None:
+    """The latest evaluation of the date, published or not: gate 5's verdict, its report and gallery."""
+    run = catalog.evaluation_of(date)
+    if run is None:
+        return None
+    lake, m = catalog.lake, run["summary"]
+    verdict = (m.get("gates") or {}).get("evaluation")
+    files = {name.replace(".", "_") + "_uri": lake.url(key) for name, key in run["files"].items()}
+    state = "not judged" if verdict is None else "PASS" if verdict["success"] else "FAIL"
+    log.info("evaluation %s of %s %s: gate 5 %s, %s; report %s; gallery %s", run["run_id"], m["model"],
+             m["version"], state, "published" if run["published"] else "not published",
+             files.get("report_html_uri"), files.get("gallery_png_uri"))
+    for check in run["failed_checks"]:
+        log.warning("gate 5: %s — %s", check["title"], check["explanation"])
+    return {"run_id": run["run_id"], "version": m["version"], "published": run["published"],
+            "gate_passed": None if verdict is None else verdict["success"],
+            "failed_checks": [{k: c[k] for k in ("check", "observed", "threshold", "explanation")}
+                              for c in run["failed_checks"]],
+            "recommended": m.get("recommended") and {k: m["recommended"][k] for k in ("variant", "policy")},
+            "promotion": (m.get("promotion") or {}).get("reason"),
+            **files}
 
 
 def _generation_status(catalog, date: str) -> dict | None:

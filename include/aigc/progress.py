@@ -18,6 +18,8 @@ log = logging.getLogger("aigc")
 def setup_logging(level: str | int | None = None) -> None:
     level = level or os.environ.get("AIGC_LOG_LEVEL", "INFO")
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Great Expectations narrates its own set-up at INFO (hundreds of lines per gate): keep its warnings only.
+    logging.getLogger("great_expectations").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def progress(items: Iterable[T], *, desc: str, total: int | None = None, unit: str = "it") -> Iterator[T]:

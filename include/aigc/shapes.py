@@ -29,6 +29,10 @@ BACKGROUNDS: tuple[tuple[int, int, int], ...] = (
 SHAPES = ("circle", "square", "triangle")
 SIZES: dict[str, float] = {"small": 0.22, "medium": 0.34, "large": 0.48}
 """Shape extent as a fraction of the image side."""
+SCALE_RANGE = (0.85, 1.15)
+"""A scene's extent is its size's extent times a scale drawn uniformly from this range."""
+JITTER = 0.05
+"""Largest offset of a shape's centre from its place, as a fraction of the image side."""
 POSITIONS: dict[str, tuple[int, int]] = {
     "top left": (0, 0), "top": (1, 0), "top right": (2, 0),
     "left": (0, 1), "center": (1, 1), "right": (2, 1),
@@ -62,9 +66,13 @@ def random_scene(rng: random.Random) -> Scene:
         size=rng.choice(list(SIZES)),
         position=rng.choice(list(POSITIONS)),
         background=rng.choice(BACKGROUNDS),
-        jitter=(rng.uniform(-0.05, 0.05), rng.uniform(-0.05, 0.05)),
-        scale=rng.uniform(0.85, 1.15),
+        jitter=(rng.uniform(-JITTER, JITTER), rng.uniform(-JITTER, JITTER)),
+        scale=rng.uniform(*SCALE_RANGE),
     )
+
+
+def _inside(centre: float, extent: float, side: float) -> float:
+    return min(max(centre, extent / 2), side - extent / 2)
 
 
 def render(scene: Scene, resolution: int) -> Image.Image:
@@ -73,10 +81,11 @@ def render(scene: Scene, resolution: int) -> Image.Image:
     img = Image.new("RGB", (side, side), scene.background)
     gx, gy = POSITIONS[scene.position]
     extent = SIZES[scene.size] * scene.scale * side
-    # Cell centres at 1/6, 3/6, 5/6 of the side, pulled inwards so large shapes stay inside;
-    # jitter comes after the pull, or every large corner shape would be drawn identically.
-    cx = min(max(side * (gx * 2 + 1) / 6, extent / 2), side - extent / 2) + scene.jitter[0] * side
-    cy = min(max(side * (gy * 2 + 1) / 6, extent / 2), side - extent / 2) + scene.jitter[1] * side
+    # Cell centres at 1/6, 3/6, 5/6 of the side, pulled inwards so large shapes stay inside; jitter
+    # comes after the pull (or every large corner shape would be drawn alike), and the shape is kept
+    # whole: a shape cut by the border hides its extent, so its size could not be checked.
+    cx = _inside(_inside(side * (gx * 2 + 1) / 6, extent, side) + scene.jitter[0] * side, extent, side)
+    cy = _inside(_inside(side * (gy * 2 + 1) / 6, extent, side) + scene.jitter[1] * side, extent, side)
     x0, y0, x1, y1 = cx - extent / 2, cy - extent / 2, cx + extent / 2, cy + extent / 2
     draw = ImageDraw.Draw(img)
     fill = COLOURS[scene.colour]

@@ -124,35 +124,14 @@ def hold_partition(context: dict[str, Any], lake, date: dt.date) -> dict:
     return partition_lease(context, lake, date).hold(context["dag_run"].run_id, PARTITION_LEASE_TTL)
 
 
-# Trigger-form params → config fields. None means "the preset's value".
-PARAM_FIELDS = {
-    "n_records": ("raw", "n"),
-    "resolution": ("raw", "resolution"),
-    "dirt_rate": ("raw", "dirt_rate"),
-    "near_dup_threshold": ("prepare", "near_dup_threshold"),
-    "min_rows": ("curated_gate", "min_rows"),
-    "max_quarantine_ratio": ("curated_gate", "max_quarantine_ratio"),
-    "train_steps": ("train", "steps"),
-    "nproc": ("train", "nproc"),
-    "precision": ("train", "precision"),
-    "max_final_val_loss": ("train_gate", "max_final_val_loss"),
-    "variant": ("generate", "variant"),
-    "prompts": ("generate", "prompts"),
-    "generate_shards": ("generate", "shards"),
-    "budget_mb": ("batching", "budget_mb"),
-    "budget_fraction": ("batching", "budget_fraction"),
-    "min_alignment": ("evaluate_gate", "min_alignment"),
-    "max_fid": ("evaluate_gate", "max_fid"),
-}
-
-
 def pipeline_config(params: dict[str, Any]):
     """The typed configuration of a run: the chosen preset, overridden by the form's values."""
     from aigc.config import preset
+    from aigc.config.form import FORM_FIELDS
 
     cfg = preset(params.get("preset") or "default")
     changes: dict[str, dict[str, Any]] = {}
-    for param, (section, name) in PARAM_FIELDS.items():
+    for param, (section, name) in FORM_FIELDS.items():
         if params.get(param) is not None:
             changes.setdefault(section, {})[name] = params[param]
     if "raw" in changes and "resolution" in changes["raw"]:

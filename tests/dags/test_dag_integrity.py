@@ -118,6 +118,22 @@ def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
             params[name] = bad
 
 
+def test_the_forms_choices_name_an_empty_choice_instead_of_null_and_map_to_config_fields(dagbag):
+    from aigc.config import PipelineConfig
+    from aigc.config.form import FORM_FIELDS
+
+    params = dagbag.dags["aigc_pipeline"].params
+    for name, param in params.items():
+        enum = param.schema.get("enum") or []
+        if None in enum:  # the UI shows a choice's label from values_display, else its JSON: "null"
+            assert (param.schema.get("values_display") or {}).get(None) == "(the preset's value)", name
+    # Every form field but the preset and the drop switches sets exactly one configuration field.
+    assert set(params) - set(FORM_FIELDS) == {"preset", "synthetic_drop", "raw_uri"}
+    config = PipelineConfig()
+    for param, (section, field) in FORM_FIELDS.items():
+        assert hasattr(getattr(config, section), field), param
+
+
 def test_dag_file_parses_fast_without_io_or_heavy_imports():
     """Parse in a fresh interpreter, the way the dag-processor does, and look at what it loaded."""
     probe = f"""

@@ -4,6 +4,7 @@ On S3 the tasks reach the server only through the ``aws_default`` connection (gi
 AIRFLOW_CONN_AWS_DEFAULT, as docker-compose does): no AWS_* variables are set.
 """
 
+import io
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from aigc.devtools.demo import run_dag_test
 from aigc.lake import open_lake
 from aigc.lake.keys import partition
 from aigc.lake.publish import NotPublished, resolve
@@ -36,15 +38,14 @@ def airflow_env(tmp_path_factory):
     return env
 
 
-def dags_test(env, date, conf, timeout=600):
-    """Run the DAG for ``date``; the full log is kept under test-artifacts/ for whoever debugs it."""
-    out = subprocess.run([AIRFLOW, "dags", "test", "aigc_pipeline", date, "-c", json.dumps(conf)],
-                         env=env, capture_output=True, text=True, timeout=timeout)
-    log = out.stdout + out.stderr
+def dags_test(env, date, conf, timeout=600, console: io.StringIO | None = None):
+    """Run the DAG for ``date`` as `make demo` does (aigc.devtools.demo: the full log to a file, the progress
+    lines to ``console``); the log is kept under test-artifacts/ for whoever debugs it."""
     artifacts = ROOT / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
-    (artifacts / f"dags-test-{date}-{uuid.uuid4().hex[:6]}.log").write_text(log)
-    return out.returncode, log
+    log = artifacts / f"dags-test-{date}-{uuid.uuid4().hex[:6]}.log"
+    rc = run_dag_test(date, conf, env, log, out=console or io.StringIO(), timeout_s=timeout)
+    return rc, log.read_text()
 
 
 def assert_published(lake, date):
@@ -60,7 +61,7 @@ def assert_published(lake, date):
 
 # A 40-step model draws blobs: gate 5's quality bars are lowered here (the demo itself keeps them).
 CONF = {"preset": "demo", "n_records": 300, "min_rows": 200, "train_steps": 40, "max_final_val_loss": 0.1,
-        "min_alignment": 0.0, "max_fid": 100.0}
+        "min_alignment": 0.0, "max_fid": 100.0, "max_regression": 1.0, "eval_prompts": 96}
 
 
 def assert_model_published(lake, date):
@@ -94,8 +95,15 @@ def assert_model_published(lake, date):
 
 def test_dag_on_a_local_lake(airflow_env, tmp_path):
     env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}
-    rc, log = dags_test(env, "2026-11-27", CONF)
+    console = io.StringIO()
+    rc, log = dags_test(env, "2026-11-27", CONF, console=console)
     assert rc == 0, log[-4000:]
+    # `make demo`'s console: a line as each task starts and ends, training's progress, the gates' verdicts.
+    shown = console.getvalue()
+    for task in ("prepare", "train", "gate_training", "generate_shard[1]", "evaluate", "publish_content"):
+        assert f"▶ {task}\n" in shown and f"✔ {task} success (" in shown, (task, shown)
+    assert "step 40/40" in shown and "gate evaluation: PASS" in shown
+    assert len(shown.splitlines()) < 120  # the few lines a person watches, not the task log
     assert "state=success" in log
     lake = open_lake(str(tmp_path / "lake"))
     assert_published(lake, "2026-11-27")
@@ -149,9 +157,12 @@ def test_missing_prompts_fail_planning_at_once_with_the_reason(airflow_env, tmp_
 
 def test_a_failing_gate_fails_the_run_and_publishes_nothing(airflow_env, tmp_path):
     env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}
-    rc, log = dags_test(env, "2026-11-26", {**CONF, "min_rows": 100_000})
+    console = io.StringIO()
+    rc, log = dags_test(env, "2026-11-26", {**CONF, "min_rows": 100_000}, console=console)
     assert rc != 0 or "state=failed" in log
     assert "expect_table_row_count_to_be_between" in log and "observed" in log
+    assert "fewer than the minimum 100000" in log and "the trigger form's 'min_rows' field" in log
+    assert "✘ gate_curated failed (" in console.getvalue() and "gate curated: FAIL" in console.getvalue()
     lake = open_lake(str(tmp_path / "lake"))
     with pytest.raises(NotPublished):
         resolve(lake, partition("curated", "shapes", "2026-11-26"))

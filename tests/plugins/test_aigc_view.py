@@ -226,3 +226,17 @@ def test_the_json_api_and_the_evaluate_tasks_link(deployed_lake, airflow_auth, m
     link = ReportLink().get_link(SimpleNamespace(report_uri=done["published"]["report_uri"]), ti_key=None)
     assert link == f"/aigc/lake/{RUN}/report.html"
     assert client.get(link, headers=headers).content == deployed_lake.get_bytes(f"{RUN}/report.html")
+
+
+def test_a_date_whose_evaluation_failed_gate_5_shows_why_and_links_its_report(deployed_lake, airflow_auth):
+    from tests.unit.evaluate.test_evaluate import failed_evaluation
+
+    evaluated = failed_evaluation(deployed_lake)
+    client, headers = view_client(deployed_lake), bearer(airflow_auth.token())
+    page = html.unescape(client.get(f"/aigc/dates/{DATE}", headers=headers).text)
+    assert f"Latest evaluation {evaluated['run_id']} failed gate 5" in re.sub(r"<[^>]+>", "", page)
+    assert "significantly below the minimum 0.99" in page
+    report = f"/aigc/lake/evaluations/shapes-cvae/dt={DATE}/run={evaluated['run_id']}/report.html"
+    assert f'href="{report}"' in page
+    served = client.get(report, headers=headers)
+    assert served.status_code == 200 and "Gate 5 FAILED" in served.text

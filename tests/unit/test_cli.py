@@ -125,13 +125,43 @@ def test_a_failed_gate_exits_1_names_the_expectation_and_publishes_nothing(capsy
 
     rc, summary, err = aigc(capsys, *PREPARE, "--lake", lake, "--min-rows", "100000")
     assert rc == 1 and summary["ok"] is False
-    assert error_line(err) == "error: GateFailed: quality gate 'curated' failed 1 expectation(s):"
+    assert error_line(err) == "error: GateFailed: quality gate 'curated' failed 1 check(s):"
     detail = f"expect_table_row_count_to_be_between(min_value=100000) — observed {curated}"
     assert detail in err and detail in summary["error"]
+    # In plain words first: what is wrong, the value, the limit, and where to change it.
+    assert (f"the curated partition has {curated} rows, fewer than the minimum 100000: too few clean records "
+            "reached it (300 in the drop; see the quarantine by reason)") in err
+    assert "the trigger form's 'min_rows' field, --min-rows on `aigc prepare`, or curated_gate.min_rows" in err
 
     rc, status, _ = aigc(capsys, "status", "--lake", lake, "--date", DATE)
     assert rc == 0 and status["ok"] is True and status["curated"] is None
     assert "nothing is published" in status["note"]
+    failed = status["gates"]["curated"]  # status names the failed gate and why
+    assert failed["passed"] is False and "fewer than the minimum 100000" in failed["failures"][0]
+
+
+def test_an_empty_drop_is_refused_with_what_to_do(capsys, tmp_path):
+    rc, summary, err = aigc(capsys, "make-raw", "--lake", str(tmp_path / "lake"), "--date", DATE, "--n", "0")
+    assert rc == 1 and error_line(err) == (
+        "error: ValueError: RawDropConfig.n must be in [1, 50000000], got 0 (set with the trigger form's "
+        "'n_records' field, --n on `aigc make-raw`, or raw.n in a preset)")
+    # A producer's drop that is complete but empty: prepare says so before any gate runs.
+    drop = tmp_path / "lake" / "raw" / "shapes" / f"dt={DATE}"
+    drop.mkdir(parents=True)
+    (drop / "records-00000.jsonl").write_bytes(b"")
+    (drop / "_SUCCESS").write_text("{}")
+    rc, summary, err = aigc(capsys, "prepare", "--lake", str(tmp_path / "lake"), "--date", DATE)
+    assert rc == 1 and error_line(err).startswith(
+        f"error: EmptyDrop: the raw drop at file://{drop} is complete but holds no records")
+    assert f"`aigc make-raw --date {DATE} --n N`" in err
+
+
+def test_a_lake_path_that_is_a_file_says_how_to_fix_it(capsys, tmp_path):
+    (tmp_path / "taken").write_text("not a folder")
+    rc, summary, err = aigc(capsys, "status", "--lake", str(tmp_path / "taken" / "lake"), "--date", DATE)
+    assert rc == 1 and error_line(err) == (
+        f"error: NotADirectoryError: the lake path {tmp_path}/taken/lake cannot be a folder: {tmp_path}/taken is a "
+        "file. Point AIGC_LAKE_URI (or --lake) at a folder (it is created if missing) or at s3://bucket/prefix")
 
 
 @pytest.mark.parametrize(("command", "cls"), [("make-raw", "RawDropConfig"), ("prepare", "PrepareConfig")])

@@ -18,8 +18,8 @@ from aigc.config import (
 
 
 @pytest.mark.parametrize(("cls", "field", "value", "allowed"), [
-    (RawDropConfig, "n", -1, "[0, 50000000]"),
-    (RawDropConfig, "n", 50_000_001, "[0, 50000000]"),
+    (RawDropConfig, "n", 0, "[1, 50000000]"),
+    (RawDropConfig, "n", 50_000_001, "[1, 50000000]"),
     (RawDropConfig, "dirt_rate", 1.5, "[0.0, 1.0]"),
     (RawDropConfig, "dirt_rate", -0.01, "[0.0, 1.0]"),
     (RawDropConfig, "records_per_file", 0, "[1, 10000000]"),
@@ -42,7 +42,8 @@ from aigc.config import (
 ])
 def test_out_of_range_values_name_the_field_the_range_and_the_value(cls, field, value, allowed):
     expected = f"{cls.__name__}.{field} must be in {allowed}, got {value!r}"
-    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+    flag = f"--{field.replace('_', '-')} on `aigc "  # and where to change it
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)} \\(set with .*{re.escape(flag)}.*\\)$"):
         cls(**{field: value})
 
 
@@ -68,7 +69,7 @@ def test_nan_is_refused():
 
 
 def test_the_bounds_are_inclusive():
-    RawDropConfig(n=0, dirt_rate=1.0, records_per_file=1)
+    RawDropConfig(n=1, dirt_rate=1.0, records_per_file=1)
     PrepareConfig(min_side=32, max_side=32, min_caption_chars=512, near_dup_num_perm=1024, workers=256)
     CuratedGateThresholds(min_rows=0, max_quarantine_ratio=0.0, max_reason_ratio=1.0)
 
@@ -143,8 +144,10 @@ def test_smoke_preset_is_the_demo_at_check_size_with_lowered_quality_bars_only()
                            "train": {"steps": 1500, "eval_every": 500, "checkpoint_every": 500},
                            "train_gate": {"max_final_val_loss": demo.train_gate.max_final_val_loss},
                            "generate": {"prompts": 128},
+                           "evaluate": dataclasses.asdict(demo.evaluate),
                            "evaluate_gate": {"min_alignment": demo.evaluate_gate.min_alignment,
-                                             "max_fid": demo.evaluate_gate.max_fid}}) == demo
+                                             "max_fid": demo.evaluate_gate.max_fid,
+                                             "max_regression": demo.evaluate_gate.max_regression}}) == demo
 
 
 def test_an_unknown_preset_names_the_choices():

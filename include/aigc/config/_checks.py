@@ -8,7 +8,15 @@ RESOLUTIONS = (32, 64, 128, 256)
 def _check_range(obj: object, name: str, lo: float, hi: float) -> None:
     value = getattr(obj, name)
     if not lo <= value <= hi:
-        raise ValueError(f"{type(obj).__name__}.{name} must be in [{lo}, {hi}], got {value!r}")
+        raise ValueError(f"{type(obj).__name__}.{name} must be in [{lo}, {hi}], got {value!r}{_where(obj, name)}")
+
+
+def _where(obj: object, name: str) -> str:
+    """' (set with …)': where a user changes the field, for the classes the pipeline configures."""
+    from aigc.config.form import SECTIONS, how_to_set
+
+    section = SECTIONS.get(type(obj).__name__)
+    return f" (set with {how_to_set(section, name)})" if section else ""
 
 
 def _check_order(obj: object, low: str, high: str) -> None:

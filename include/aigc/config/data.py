@@ -25,7 +25,7 @@ class RawDropConfig:
     """JSONL records per file, as producers roll their files."""
 
     def __post_init__(self) -> None:
-        _check_range(self, "n", 0, 50_000_000)
+        _check_range(self, "n", 1, 50_000_000)  # an empty drop is nothing to prepare
         _check_range(self, "dirt_rate", 0.0, 1.0)
         _check_range(self, "records_per_file", 1, 10_000_000)
         if self.resolution not in RESOLUTIONS:

@@ -12,21 +12,43 @@ class EvaluateConfig:
     """Stage 5: what to measure and how the configuration to promote is chosen."""
 
     checker_images: int = 512
-    """Held-out real images (the curated validation split) the checker is scored on."""
-    pareto_prompts: int = 128
-    """Scorable prompts of the day each configuration of the Pareto grid generates."""
+    """Held-out real images of the day (the curated validation split) the checker is also scored on."""
+    reference_seeds: int = 4
+    """Renderings of every attribute combination (648 each) in the checker's fixed reference set:
+    4 → 2 592 scenes, the same every day, so the checker's accuracy is a property of the checker."""
+    eval_prompts: int = 648
+    """Prompts of the fixed evaluation set (every attribute combination once at 648) that each
+    configuration of the Pareto grid, and production in the regression check, generates with the
+    same seeds. 648 puts a 95 % interval of about ±0.03 around an alignment of 0.85."""
     batch_policies: str = "batch1,adaptive"
     """Comma-separated: batch1 (one item at a time), adaptive (the stage-4 batcher)."""
     epsilon: float = 0.02
-    """Recommend the cheapest configuration whose alignment is within this of the best."""
+    """A configuration is as good as the best unless it is significantly worse by more than this."""
+    confidence: float = 0.95
+    """Of every interval the decisions read (the recommendation, and gate 5's checks)."""
+    latency_prompts: int = 32
+    """Prompts each configuration generates per timing round (latency only; quality uses all)."""
+    latency_rounds: int = 5
+    """Timing rounds, every configuration in turn in each; the fastest is its latency (a busy host only
+    ever adds time)."""
+    latency_tolerance: float = 0.25
+    """A configuration beats another on cost only when it is faster by more than this fraction in every
+    timing round (this host's noise is ±30 %, in bursts); of those no other beats, the smallest on
+    disk is recommended."""
     review_items: int = 32
     """The least certain outputs exported for human review."""
     seed: int = 0
+    """Seeds of the evaluation set's images: another seed draws other images of the same prompts."""
 
     def __post_init__(self) -> None:
         _check_range(self, "checker_images", 1, 1_000_000)
-        _check_range(self, "pareto_prompts", 1, 1_000_000)
+        _check_range(self, "reference_seeds", 1, 100)
+        _check_range(self, "eval_prompts", 1, 1_000_000)
         _check_range(self, "epsilon", 0.0, 1.0)
+        _check_range(self, "confidence", 0.5, 0.9999)
+        _check_range(self, "latency_prompts", 1, 1_000_000)
+        _check_range(self, "latency_rounds", 1, 100)
+        _check_range(self, "latency_tolerance", 0.0, 10.0)
         _check_range(self, "review_items", 0, 1_000_000)
         unknown = set(self.policy_list) - {"batch1", "adaptive"}
         if unknown or not self.policy_list:
@@ -40,17 +62,26 @@ class EvaluateConfig:
 
 @dataclass(frozen=True)
 class EvaluationGateThresholds:
-    """Gate 5 (evaluate → publish and promote)."""
+    """Gate 5 (evaluate → publish and promote).
+
+    Every check reads a figure's interval (``EvaluateConfig.confidence``) and fails only when the
+    whole interval is on the wrong side: a model whose true figure meets a threshold fails that
+    check with probability ≤ 2.5 % at 95 %, and the demo model (alignment ≈ 0.85 on 648 prompts)
+    with probability < 10⁻⁶.
+    """
 
     min_alignment: float = 0.8
-    """All-attributes-correct fraction of the day's generated images."""
-    min_checker_accuracy: float = 0.97
-    """The checker's own all-attributes accuracy on real images: below it, alignment means little."""
+    """All-attributes-correct fraction: of the day's generated images, and of the recommended
+    configuration on the evaluation set. Fails when significantly below."""
+    min_checker_accuracy: float = 0.99
+    """The checker's own all-attributes accuracy, on its reference set and on the day's held-out real
+    images: below it, alignment means little. Fails when significantly below."""
     max_fid: float = 0.25
     """Fréchet distance between real and generated checker features (not Inception-FID). Measured here:
     ≈ 0.03 between two halves of real images, 0.005 for the demo model, 3.8 for noise images."""
     max_regression: float = 0.02
-    """Alignment may not fall more than this below the current production model's on the same prompts."""
+    """Alignment may not fall more than this below the current production model's on the same prompts
+    and seeds: fails when the paired interval says the fall is larger."""
 
     def __post_init__(self) -> None:
         _check_range(self, "min_alignment", 0.0, 1.0)

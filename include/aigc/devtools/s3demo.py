@@ -8,12 +8,11 @@ docker-compose), prints what was published, and stops the server (its data goes 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+from aigc.devtools.demo import run_dag_test, status
 from aigc.devtools.s3server import local_s3
 
 
@@ -21,19 +20,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--date", required=True)
     args = ap.parse_args()
-    bin_dir = Path(sys.executable).parent
     with local_s3() as s3:
         env = {**os.environ, **s3.env(), "AIGC_LAKE_URI": f"s3://{s3.bucket}/lake"}
-        print(f"== aigc_pipeline for {args.date} on {env['AIGC_LAKE_URI']} at {s3.endpoint_url} ==", file=sys.stderr)
-        log = Path(env.get("AIRFLOW_HOME", ".")) / "demo-s3.log"
-        with log.open("w") as f:
-            run = subprocess.run([str(bin_dir / "airflow"), "dags", "test", "aigc_pipeline", args.date,
-                                  "-c", json.dumps({"preset": "demo"})], env=env, stdout=f, stderr=subprocess.STDOUT)
-        print(f"task log: {log}", file=sys.stderr)
-        if run.returncode != 0:
-            print(log.read_text()[-4000:], file=sys.stderr)
-            return run.returncode
-        return subprocess.run([str(bin_dir / "aigc"), "status", "--date", args.date], env=env).returncode
+        print(f"== the local S3 server is at {s3.endpoint_url} ==", file=sys.stderr)
+        code = run_dag_test(args.date, {"preset": "demo"}, env, Path(env.get("AIRFLOW_HOME", ".")) / "demo-s3.log")
+        status(args.date, env)
+        return code
 
 
 if __name__ == "__main__":

@@ -8,10 +8,12 @@ distributed like real ones in the terms this world is made of, and it needs no d
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 
 from aigc.evaluate.checker import ATTRIBUTES, read, score
+from aigc.evaluate.stats import Estimate, bootstrap, paired_difference, wilson
 from aigc.shapes import parse_caption
 
 
@@ -34,6 +36,20 @@ def assess(images: list[np.ndarray], captions: list[str]) -> dict:
     alignment["all"] = sum(r["all_correct"] for r in scored) / n if n else None
     return {"rows": rows, "features": np.array(features, dtype=np.float64).reshape(len(rows), -1),
             "alignment": alignment, "scored": n}
+
+
+def alignment_estimate(assessed: dict, confidence: float) -> Estimate:
+    """The all-attributes alignment of an ``assess`` result with its Wilson interval."""
+    scored = [r for r in assessed["rows"] if r["scorable"]]
+    return wilson(sum(r["all_correct"] for r in scored), len(scored), confidence)
+
+
+def frechet_estimate(a: np.ndarray, b: np.ndarray, confidence: float, resamples: int = 200) -> Estimate:
+    """The Fréchet distance with a bootstrap interval (both sets resampled, a fixed seed)."""
+    def once(rng: np.random.Generator) -> float:
+        return frechet_distance(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
+
+    return bootstrap(once, frechet_distance(a, b), min(len(a), len(b)), resamples=resamples, confidence=confidence)
 
 
 def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -76,7 +92,40 @@ def pareto_front(points: list[dict], quality: str, cost: str) -> list[dict]:
     return sorted(front, key=lambda p: p[cost])
 
 
-def recommend(front: list[dict], quality: str, cost: str, epsilon: float) -> dict:
-    """The cheapest point of the front whose quality is within ``epsilon`` of the best."""
-    best = max(p[quality] for p in front)
-    return min((p for p in front if p[quality] >= best - epsilon), key=lambda p: p[cost])
+def recommend(points: list[dict], verdicts: dict[str, Sequence[bool]], *, epsilon: float, confidence: float,
+              latency_tolerance: float) -> tuple[dict | None, list[dict]]:
+    """The cheapest configuration not significantly worse than the best, and every point annotated.
+
+    ``points``: one per (variant, policy) with ``alignment``, ``latency_ms``, ``size_bytes`` and its
+    timing rounds ``latency_rounds_ms``; ``verdicts[variant]``: its all-attributes verdict per
+    evaluation prompt (the same prompts and seeds for every variant). The best is the highest
+    alignment. A point is *as good* unless the paired interval of (best − it) lies wholly above
+    ``epsilon``: 3 prompts in 128 apart is not a win. Cost gets the same care: an as-good point is
+    *beaten* when another is faster by more than ``latency_tolerance`` in every timing round (timing
+    noise is one-sided and bursty, so one slow round proves nothing); of the unbeaten, the smallest on
+    disk is recommended. A re-run with another seed, or on a busier host, recommends the same.
+    """
+    scored = [p for p in points if p.get("alignment") is not None]
+    if not scored:
+        return None, points
+    best = max(scored, key=lambda p: (p["alignment"], -p["latency_ms"]))
+    annotated = []
+    for p in points:
+        if p.get("alignment") is None:
+            annotated.append({**p, "as_good": False, "cost_tie": False})
+            continue
+        gap = paired_difference(verdicts[best["variant"]], verdicts[p["variant"]], confidence)
+        annotated.append({**p, "vs_best": gap.to_dict(), "as_good": gap.lo is not None and gap.lo <= epsilon})
+    good = [p for p in annotated if p["as_good"]]
+
+    def rounds(p: dict) -> list[float]:
+        return p.get("latency_rounds_ms") or [p["latency_ms"]]
+
+    def beats(q: dict, p: dict) -> bool:
+        return all(a * (1 + latency_tolerance) < b for a, b in zip(rounds(q), rounds(p), strict=True))
+
+    for p in annotated:
+        p["cost_tie"] = p["as_good"] and not any(beats(q, p) for q in good)
+    chosen = min((p for p in annotated if p["cost_tie"]),
+                 key=lambda p: (p.get("size_bytes") or 0, p["latency_ms"], p["variant"], p["policy"]))
+    return chosen, annotated

@@ -1,4 +1,9 @@
-"""The evaluation report: one self-contained HTML page per run, its images copied beside it."""
+"""The evaluation report: one self-contained HTML page per run, its images copied beside it.
+
+It opens with gate 5's verdict: each check in plain words with the figure, its interval and
+sample size, and for a failed one what it means and which field changes it. Then the figures,
+the Pareto grid and its rule, the gallery, the loss curve, review and lineage.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,12 @@ import json
 
 from aigc.lake import Lake
 from aigc.lake.keys import join
+
+_STYLE = """body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
+img{max-width:100%;image-rendering:pixelated}.verdict{padding:1em;border-radius:6px;margin:1em 0}
+.pass{background:#e6f4ea;border:1px solid #34a853}.fail{background:#fce8e6;border:1px solid #d93025}
+.pending{background:#f1f3f4;border:1px solid #999}"""
 
 
 def _table(rows: list[dict]) -> str:
@@ -17,44 +28,102 @@ def _table(rows: list[dict]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def interval_text(e: dict | None, digits: int = 3) -> str:
+    """'0.850 [0.821, 0.876] n=648' for an Estimate dict; '—' when there is none."""
+    if not e or e.get("value") is None:
+        return "—" if not e else f"— (n={e.get('n', 0)})"
+    if e.get("lo") is None:
+        return f"{e['value']:.{digits}f} (n={e['n']})"
+    return f"{e['value']:.{digits}f} [{e['lo']:.{digits}f}, {e['hi']:.{digits}f}] n={e['n']}"
+
+
 def _fmt(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else json.dumps(v) if isinstance(v, dict | list) else str(v)
+    if isinstance(v, dict) and {"value", "lo", "hi", "n"} <= set(v):
+        return interval_text(v)
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return json.dumps(v, ensure_ascii=False) if isinstance(v, dict | list) else str(v)
+
+
+def _verdict(metrics: dict) -> str:
+    gate = metrics.get("gates", {}).get("evaluation")
+    if gate is None:
+        return ('<div class="verdict pending"><strong>Gate 5 has not judged this run yet</strong> '
+                "(aigc evaluate --no-gate, or the gate task has not run).</div>")
+    checks = gate.get("checks", [])
+    failed = [c for c in checks if not c["passed"]]
+    if gate["success"]:
+        promotion = metrics.get("promotion") or {}
+        moved = "Promoted" if promotion.get("promote", True) else "Not promoted"
+        return (f'<div class="verdict pass"><strong>Gate 5 PASSED</strong>: all {len(checks)} checks hold, and the '
+                f"day's content is published. <strong>{moved}</strong>: {html.escape(promotion.get('reason', ''))}"
+                "</div>")
+    reasons = "".join(f"<li><strong>{html.escape(c['title'])}</strong>: {html.escape(c['explanation'])}</li>"
+                      for c in failed) or "".join(f"<li>{html.escape(f)}</li>" for f in gate["failures"])
+    return (f'<div class="verdict fail"><strong>Gate 5 FAILED</strong> {len(failed) or len(gate["failures"])} of '
+            f"{len(checks)} check(s); nothing was promoted or published.<ul>{reasons}</ul></div>")
+
+
+def _gallery(lake: Lake, prefix: str, generation: dict) -> str:
+    from aigc.generate.run import generation_prefix
+
+    src = generation_prefix(generation["model"], generation["date"], generation["run_id"])
+    if lake.exists(join(src, "gallery.png")):
+        lake.put_bytes(join(prefix, "gallery.png"), lake.get_bytes(join(src, "gallery.png")))
+    return '<img src="gallery.png" alt="gallery: each image with its prompt">'
 
 
 def write_report(lake: Lake, prefix: str, metrics: dict, points: list[dict], front: list[dict], record: dict,
                  generation: dict) -> str:
-    from aigc.generate.run import generation_prefix
-
-    gallery_src = join(generation_prefix(generation["model"], generation["date"], generation["run_id"]), "gallery.png")
-    if lake.exists(gallery_src):
-        lake.put_bytes(join(prefix, "gallery.png"), lake.get_bytes(gallery_src))
     loss_src = record.get("files", {}).get("loss.png") and join("models", record["model"], record["version"],
                                                                 "loss.png")
     if loss_src and lake.exists(loss_src):
         lake.put_bytes(join(prefix, "loss.png"), lake.get_bytes(loss_src))
-    summary = [{"metric": k, "value": metrics[k]} for k in (
-        "version", "generated", "refused", "safety_violations", "fid", "diversity", "regression_vs_production")]
-    alignment = [{"attribute": a, "generated": metrics["alignment"][a],
-                  "checker on real": metrics["checker_accuracy"][a]} for a in metrics["alignment"]]
-    gates = metrics.get("gates", {})
+    iv = metrics.get("intervals", {})
+    gate = metrics.get("gates", {}).get("evaluation") or {}
+    checks = [{"check": c["title"], "observed": c["observed"], "threshold": c["threshold"],
+               "verdict": "pass" if c["passed"] else "FAIL"} for c in gate.get("checks", [])]
+    summary = [{"figure": name, "value": value} for name, value in (
+        ("version", metrics["version"]), ("day's content: alignment (all attributes)", iv.get("alignment")),
+        ("recommended configuration on the evaluation set", iv.get("model_alignment")),
+        ("evaluation prompts", metrics.get("eval_prompts")), ("generated", metrics["generated"]),
+        ("refused", metrics["refused"]), ("safety violations", metrics["safety_violations"]),
+        ("Fréchet distance", iv.get("fid")), ("diversity", metrics.get("diversity")),
+        ("production before", metrics.get("production_before")),
+        ("regression vs production (production − candidate)", iv.get("regression_vs_production")))]
+    alignment = [{"attribute": a, "generated (day's content)": metrics["alignment"][a],
+                  "checker on its reference set": metrics["checker_accuracy"].get(a),
+                  "checker on the day's real images": (metrics.get("checker_accuracy_real") or {}).get(a)}
+                 for a in metrics["alignment"]]
+    grid = [{"variant": p["variant"], "policy": p["policy"], "alignment": p.get("alignment_ci"),
+             "vs best (best − it)": p.get("vs_best"), "as good as the best": p.get("as_good"),
+             "ms/sample (fastest round)": p["latency_ms"], "ms range over rounds": p.get("latency_range_ms"),
+             "latency tie": p.get("cost_tie"), "bytes": p.get("size_bytes")} for p in points]
+    rec = metrics.get("recommended")
     title = f"Evaluation of {metrics['model']} {metrics['version']} — {metrics['date']}"
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}img{{max-width:100%;image-rendering:pixelated}}</style>
-</head><body>
+<style>{_STYLE}</style></head><body>
 <h1>{html.escape(title)}</h1>
-<h2>Alignment (all attributes correct, and per attribute)</h2>{_table(alignment)}
-<p>{html.escape(metrics['fid_note'])}.</p>
+{_verdict(metrics)}
+<h2>Gate 5 checks</h2>{_table(checks) if checks else "<p>not judged yet</p>"}
+<p>Intervals are {html.escape(str(round(100 * (iv.get('alignment') or {}).get('confidence', 0.95))))} %; a check
+fails only when its whole interval is on the wrong side of the threshold.</p>
 <h2>Summary</h2>{_table(summary)}
+<h2>Alignment per attribute</h2>{_table(alignment)}
+<p>{html.escape(metrics['fid_note'])}.</p>
 <h2>Pareto front: quality against cost</h2><img src="pareto.png" alt="Pareto plot">
-<p>Recommended: {html.escape(_fmt(metrics['recommended']))}</p>
-<h3>Front</h3>{_table(front)}<h3>Grid</h3>{_table(points)}
-<h2>Gallery</h2><img src="gallery.png" alt="gallery">
+<p>Recommended: <strong>{html.escape(f"{rec['variant']} / {rec['policy']}" if rec else "none")}</strong>
+({html.escape(_fmt(rec.get('latency_ms')) if rec else "")} ms per sample). Rule: {html.escape(
+        metrics.get('recommendation_rule', ''))}</p>
+<h3>Grid</h3>{_table(grid)}<h3>Front</h3>{_table([{k: p[k] for k in ("variant", "policy", "alignment", "latency_ms")}
+                                                 for p in front])}
+<h2>Gallery</h2>{_gallery(lake, prefix, generation)}
 <h2>Training loss</h2><img src="loss.png" alt="loss curve">
 <h2>Human review</h2><p>{metrics['review']['queued']} least certain outputs in <code>review/queue.jsonl</code>;
 labelled so far: {metrics['review']['labelled']}, checker–human agreement {metrics['review']['human_agreement']}.</p>
-<h2>Gates</h2><pre>{html.escape(json.dumps(gates, indent=2))}</pre>
-<h2>Lineage</h2><pre>{html.escape(json.dumps(record.get('lineage', {}), indent=2))}</pre>
+<h2>Gate details</h2><pre>{html.escape(json.dumps(gate.get('failures', []), indent=2, ensure_ascii=False))}</pre>
+<p>{html.escape(gate.get('result_uri', ''))}</p>
+<h2>Lineage</h2><pre>{html.escape(json.dumps(record.get('lineage', {}), indent=2, ensure_ascii=False))}</pre>
 </body></html>"""
     key = join(prefix, "report.html")
     lake.put_bytes(key, page.encode())

@@ -20,14 +20,17 @@ from PIL import Image
 
 from aigc.config import PipelineConfig
 from aigc.evaluate.checker import ATTRIBUTES
-from aigc.evaluate.metrics import assess, diversity, frechet_distance, pareto_front, recommend
+from aigc.evaluate.grid import measure_grid, variant_quality
+from aigc.evaluate.metrics import alignment_estimate, assess, diversity, frechet_estimate, pareto_front, recommend
+from aigc.evaluate.reference import checker_reference, evaluation_prompts
 from aigc.evaluate.report import write_report
 from aigc.evaluate.review import agreement, export_queue
+from aigc.evaluate.stats import paired_difference, wilson
 from aigc.generate.run import MANIFEST as GENERATION_MANIFEST
 from aigc.generate.run import generation_prefix, generation_rows
 from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date, partition, run_prefix
-from aigc.plots import line_chart
+from aigc.plots import pareto_chart
 from aigc.registry import Registry, VersionNotFound
 
 log = logging.getLogger(__name__)
@@ -76,42 +79,13 @@ def _generated(lake: Lake, generation: dict) -> list[dict]:
     return generation_rows(lake, manifest).to_pylist()
 
 
-def _grid(lake: Lake, cfg: PipelineConfig, version: str, record: dict, prompts: list[dict],
-          real_features: np.ndarray) -> list[dict]:
-    """Every eligible variant × batch policy on the same prompts: quality and cost, measured."""
-    from aigc.batching import AdaptiveBatcher, MemoryModel
-    from aigc.registry.loader import Generator
-
-    eligible = (record.get("smoke_test") or {}).get("eligible_variants") or ["fp32"]
-    texts, seeds = [p["prompt"] for p in prompts], [p["seed"] for p in prompts]
-    points = []
-    for variant in eligible:
-        gen = Generator.load(lake, cfg.model.name, version, variant)
-        gen.generate(texts[:2], seeds[:2])  # warm-up
-        for policy in cfg.evaluate.policy_list:
-            t0 = time.perf_counter()
-            if policy == "batch1":
-                images = [gen.generate([t], [s])[0].numpy() for t, s in zip(texts, seeds, strict=True)]
-            else:
-                def run(batch: list[int], gen=gen) -> list:
-                    return list(gen.generate([texts[i] for i in batch], [seeds[i] for i in batch]).numpy())
-
-                batcher = AdaptiveBatcher(run, [len(t.split()) for t in texts], MemoryModel(width=256),
-                                          lambda: 1 << 34, max_batch=cfg.batching.max_batch)
-                images, _ = batcher()
-            latency = (time.perf_counter() - t0) * 1000 / len(texts)
-            quality = assess(images, texts)
-            points.append({"variant": variant, "policy": policy, "alignment": quality["alignment"]["all"],
-                           "fid": frechet_distance(real_features, quality["features"]),
-                           "latency_ms": round(latency, 4),
-                           "size_bytes": record["variants"].get(variant, {}).get("size_bytes")})
-            log.info("pareto grid: %-6s %-8s alignment %.3f  %.3f ms/sample", variant, policy,
-                     points[-1]["alignment"] or 0, latency)
-    return points
-
-
 def evaluate(lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) -> dict:
-    """Measure the generation run ``generation`` (stage 4's summary: model, version, date, run_id)."""
+    """Measure the generation run ``generation`` (stage 4's summary: model, version, date, run_id).
+
+    Every figure a decision reads comes with its interval and sample size (``stats.py``): the
+    checker on its reference set and on the day's real images, the day's content, each grid
+    configuration on the evaluation set, and the candidate against production on the same prompts.
+    """
     started = time.perf_counter()
     date, model, version = parse_date(generation["date"]).isoformat(), generation["model"], generation["version"]
     prefix = evaluation_prefix(model, date, run_id)
@@ -119,10 +93,13 @@ def evaluate(lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) 
     record = registry.get(version)
     e = cfg.evaluate
 
-    # The checker's own accuracy, on real images it has never been tuned on.
+    # The checker's own accuracy: on its fixed reference set, and on the day's held-out real images.
     real, real_captions = real_images(lake, cfg.prepare.dataset, date, e.checker_images)
+    resolution = real[0].shape[0] if real else cfg.prepare.resolution
+    reference = checker_reference(lake, resolution, e.reference_seeds, e.confidence)
     checker = assess(real, real_captions)
 
+    # The day's content: the generation run gate 5 publishes if it passes.
     rows = _generated(lake, generation)
     generated = [r for r in rows if r["status"] == "generated"]
     quality = assess([_decode(r["image"]) for r in generated], [r["prompt"] for r in generated])
@@ -130,51 +107,69 @@ def evaluate(lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) 
 
     violations = sum(blocked_term(r["prompt"], cfg.prepare.blocklist) is not None for r in generated)
 
-    scorable = [r for r, q in zip(generated, quality["rows"], strict=True) if q["scorable"]][: e.pareto_prompts]
-    points = _grid(lake, cfg, version, record, scorable, checker["features"])
+    # The grid on the evaluation set: the same prompts and seeds for every configuration.
+    prompts = evaluation_prompts(e.eval_prompts, e.seed)
+    points, verdicts = measure_grid(lake, model, version, record, prompts, checker["features"], cfg)
+    chosen, points = recommend(points, verdicts, epsilon=e.epsilon, confidence=e.confidence,
+                               latency_tolerance=e.latency_tolerance)
     front = pareto_front([p for p in points if p["alignment"] is not None], "alignment", "latency_ms")
-    chosen = recommend(front, "alignment", "latency_ms", e.epsilon) if front else None
 
     regression, production = None, None
     with contextlib.suppress(VersionNotFound):
         production = registry.resolve("production")
     if production and production != version:
-        # Like for like: both models' fp32 (always eligible: gate 3 requires it) under one policy.
-        policy = e.policy_list[-1]
-        (prod,) = _grid(lake, cfg.override({"evaluate": {"batch_policies": policy}}), production,
-                        {**registry.get(production), "smoke_test": {"eligible_variants": ["fp32"]}},
-                        scorable, checker["features"])
-        cand = next(p for p in points if p["variant"] == "fp32" and p["policy"] == policy)
-        regression = round(prod["alignment"] - cand["alignment"], 4)
+        # Like for like: both models' fp32 (always eligible: gate 3 requires it) on the same prompts and seeds.
+        from aigc.registry.loader import Generator  # torch: only when there is a production to compare
 
+        prod = variant_quality(Generator.load(lake, model, production, "fp32"), prompts, checker["features"],
+                               e.confidence)
+        regression = paired_difference(prod["verdicts"], verdicts["fp32"], e.confidence)
+
+    content = alignment_estimate(quality, e.confidence)
+    model_alignment = wilson(sum(verdicts[chosen["variant"]]), len(prompts), e.confidence) if chosen else None
+    fid = frechet_estimate(checker["features"], quality["features"], e.confidence)
     metrics = {
         "date": date, "model": model, "version": version, "generation_run": generation["run_id"],
         "alignment": quality["alignment"], "scored": quality["scored"], "generated": len(generated),
         "refused": sum(r["status"] == "refused" for r in rows), "safety_violations": violations,
-        "checker_accuracy": checker["alignment"], "checker_images": len(real),
-        "fid": frechet_distance(checker["features"], quality["features"]),
-        "diversity": diversity(quality["features"], [r["prompt"] for r in generated]),
-        "recommended": chosen, "production_before": production, "regression_vs_production": regression,
+        "checker_accuracy": {a: v["value"] for a, v in reference["accuracy"].items()},
+        "checker_accuracy_real": checker["alignment"], "checker_images": len(real),
+        "checker_reference": {k: reference[k] for k in ("scenes", "resolution", "seeds", "misread", "uri")},
+        "fid": fid.value, "diversity": diversity(quality["features"], [r["prompt"] for r in generated]),
+        "eval_prompts": len(prompts), "recommended": chosen, "recommendation_rule": None,
+        "production_before": production,
+        "regression_vs_production": round(regression.value, 4) if regression else None,
+        "intervals": {
+            "alignment": content.to_dict(),
+            "model_alignment": model_alignment.to_dict() if model_alignment else None,
+            "checker_reference": reference["accuracy"]["all"],
+            "checker_real": wilson(sum(r["all_correct"] for r in checker["rows"] if r["scorable"]),
+                                   checker["scored"], e.confidence).to_dict(),
+            "fid": fid.to_dict(),
+            "regression_vs_production": regression.to_dict() if regression else None,
+        },
         "fid_note": "Fréchet distance on the checker's 12 features (colour, background, centre, extent, "
                     "coverage), not Inception-FID",
     }
+    rule = (f"the cheapest configuration whose alignment is not significantly worse than the best's by more than "
+            f"{e.epsilon} (paired {e.confidence:.0%} interval on the same {len(prompts)} prompts and seeds); "
+            f"a configuration is cheaper only when faster by more than {e.latency_tolerance:.0%} in every one of "
+            f"{e.latency_rounds} timing rounds, and the smallest on disk of those no other is cheaper than wins")
+    metrics["recommendation_rule"] = rule
     lake.put_json(join(prefix, "pareto.json"), {"points": points, "front": front, "recommended": chosen,
-                                                "rule": f"cheapest latency within {e.epsilon} alignment of the best"})
-    lake.put_bytes(join(prefix, "pareto.png"), line_chart(
-        {"grid": ([p["latency_ms"] for p in points], [p["alignment"] or 0 for p in points]),
-         "front": ([p["latency_ms"] for p in front], [p["alignment"] for p in front])},
-        title="alignment (all attributes) against latency per sample", xlabel="ms per sample",
-        ylabel="alignment", points=True))
+                                                "rule": rule, "eval_prompts": len(prompts)})
+    lake.put_bytes(join(prefix, "pareto.png"), pareto_chart(points, front, chosen))
     queue = export_queue(lake, prefix, generated, quality["rows"], e.review_items, run_id)
     metrics["review"] = {"queued": queue, **agreement(lake, model)}
     metrics["seconds"] = round(time.perf_counter() - started, 2)
     lake.put_json(join(prefix, "metrics.json"), metrics)
     write_report(lake, prefix, metrics, points, front, record, generation)
-    log.info("evaluation %s: alignment %.3f (checker %.3f on %d real images), FID %.4f, %d safety violation(s); "
-             "recommended %s", run_id, quality["alignment"]["all"] or 0, checker["alignment"]["all"] or 0, len(real),
-             metrics["fid"], violations, chosen)
+    log.info("evaluation %s: alignment %s (content), %s (recommended %s on the evaluation set); checker %s on its "
+             "reference set, %s on %d real images; FID %.4f; %d safety violation(s)", run_id, content,
+             model_alignment, chosen and f"{chosen['variant']}/{chosen['policy']}",
+             reference["accuracy"]["all"]["value"], checker["alignment"]["all"], len(real), metrics["fid"], violations)
     return {"stage": "evaluate", "date": date, "run_id": run_id, "model": model, "version": version,
             "generation_run": generation["run_id"], "alignment": quality["alignment"]["all"],
-            "checker_accuracy": checker["alignment"]["all"], "fid": metrics["fid"],
+            "checker_accuracy": metrics["checker_accuracy"]["all"], "fid": metrics["fid"],
             "safety_violations": violations, "recommended": chosen, "report_uri": lake.url(join(prefix, "report.html")),
             "run_uri": lake.url(prefix), "attributes": {a: quality["alignment"][a] for a in ATTRIBUTES}}

@@ -19,6 +19,7 @@ import io
 import json
 import logging
 import math
+import textwrap
 import time
 
 import pyarrow as pa
@@ -80,16 +81,26 @@ def cache_key(version: str, variant: str, prompt: str, seed: int, resolution: in
     return hashlib.sha256(json.dumps([version, variant, prompt, seed, resolution]).encode()).hexdigest()
 
 
-def gallery_png(images: list[bytes], columns: int = 8, scale: int = 2) -> bytes:
+def gallery_png(images: list[bytes], captions: list[str], columns: int = 8, tile: int = 96) -> bytes:
+    """A grid of ``images``, each at least ``tile`` px wide with its prompt written under it."""
+    from PIL import ImageDraw
+
     tiles = [Image.open(io.BytesIO(b)).convert("RGB") for b in images]
     if not tiles:  # every prompt refused: an empty (white) gallery, not a missing file
         return png_bytes(Image.new("RGB", (16, 16), "white"))
     w, h = tiles[0].size
+    scale = max(1, tile // w)
+    cell_w, line_h = w * scale + 4, 11
+    wrapped = [textwrap.wrap(c, max(8, cell_w // 6))[:4] for c in captions]
+    cell_h = h * scale + 4 + line_h * max((len(lines) for lines in wrapped), default=0)
     rows = math.ceil(len(tiles) / columns)
-    grid = Image.new("RGB", (columns * (w * scale + 2), rows * (h * scale + 2)), "white")
-    for i, tile in enumerate(tiles):
-        grid.paste(tile.resize((w * scale, h * scale), Image.Resampling.NEAREST),
-                   ((i % columns) * (w * scale + 2), (i // columns) * (h * scale + 2)))
+    grid = Image.new("RGB", (min(columns, len(tiles)) * cell_w, rows * cell_h), "white")
+    draw = ImageDraw.Draw(grid)
+    for i, (image, lines) in enumerate(zip(tiles, wrapped, strict=True)):
+        x, y = (i % columns) * cell_w, (i // columns) * cell_h
+        grid.paste(image.resize((w * scale, h * scale), Image.Resampling.NEAREST), (x + 2, y + 2))
+        for j, line in enumerate(lines):
+            draw.text((x + 2, y + h * scale + 3 + j * line_h), line, fill=(40, 40, 40))
     return png_bytes(grid)
 
 
@@ -112,8 +123,9 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> 
     pq.write_table(table, buf, compression="zstd")
     shard_key = join(prefix, f"shard-{k:05d}.parquet")
     lake.put_bytes(shard_key, buf.getvalue())
-    images = [r["image"] for r in rows if r["status"] == "generated"][: cfg.generate.gallery_images]
-    lake.put_bytes(join(prefix, f"gallery-{k:05d}.png"), gallery_png(images))
+    shown = [r for r in rows if r["status"] == "generated"][: cfg.generate.gallery_images]
+    lake.put_bytes(join(prefix, f"gallery-{k:05d}.png"), gallery_png([r["image"] for r in shown],
+                                                                     [r["prompt"] for r in shown]))
     counts = {s: sum(r["status"] == s for r in rows) for s in ("generated", "refused")}
     entry = {"shard": k, "rows": len(rows), "prompt_ids_sha256": hashlib.sha256(
                  "\n".join(sorted(r["prompt_id"] for r in rows)).encode()).hexdigest(),
@@ -144,12 +156,11 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
                                f"({lake.url(key)}): it did not finish")
         entries.append(lake.get_json(key))
     per_shard = max(1, cfg.generate.gallery_images // len(entries))
-    images = []
+    shown = []
     for e in entries:
-        table = lake.read_parquet([e["key"]], columns=["status", "image"])
-        images += [img for s, img in zip(table.column("status").to_pylist(), table.column("image").to_pylist(),
-                                         strict=True) if s == "generated"][:per_shard]
-    lake.put_bytes(join(prefix, "gallery.png"), gallery_png(images))
+        shown += [r for r in lake.read_parquet([e["key"]], columns=["status", "prompt", "image"]).to_pylist()
+                  if r["status"] == "generated"][:per_shard]
+    lake.put_bytes(join(prefix, "gallery.png"), gallery_png([r["image"] for r in shown], [r["prompt"] for r in shown]))
     manifest = {**{k: plan[k] for k in ("date", "run_id", "model", "version", "variant", "prompts")},
                 "prompts_key": plan["prompts_key"], "prompts_uri": lake.url(plan["prompts_key"]),
                 "shards": entries, "rows": sum(e["rows"] for e in entries),

@@ -25,7 +25,13 @@ def _etag(data: bytes) -> str:
 class LocalLake(Lake):
     def __init__(self, root: str | Path):
         self.root = Path(root).expanduser().resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            blocker = next(p for p in (self.root, *self.root.parents) if p.exists() and not p.is_dir())
+            raise NotADirectoryError(
+                f"the lake path {self.root} cannot be a folder: {blocker} is a file. Point AIGC_LAKE_URI (or --lake) "
+                "at a folder (it is created if missing) or at s3://bucket/prefix") from None
         self._root_str = str(self.root)
         self.uri = self.root.as_uri()
         self._fs = pafs.LocalFileSystem()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from collections.abc import Iterator
@@ -13,7 +14,13 @@ import boto3
 import pyarrow.fs as pafs
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import (
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
 
 from aigc.lake.base import Lake, ObjectNotFound, PreconditionFailed
 from aigc.lake.keys import join
@@ -58,6 +65,32 @@ class S3Options:
         )
 
 
+class LakeUnreachable(ConnectionError):
+    """The S3 lake could not be reached or refused the credentials: the message says where to set them."""
+
+
+_UNREACHABLE = (NoCredentialsError, PartialCredentialsError, EndpointConnectionError, ConnectTimeoutError)
+_REFUSED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403", "NoSuchBucket", "InvalidToken",
+            "ExpiredToken", "InvalidBucketName"}
+
+
+def _unreachable(lake: S3Lake, error: Exception) -> LakeUnreachable | None:
+    """botocore's bare 'Unable to locate credentials' (and the like) as a message naming the lake, the
+    endpoint, and the variables or connection that set them; None for any other error."""
+    refused = isinstance(error, ClientError) and error.response.get("Error", {}).get("Code") in _REFUSED
+    return LakeUnreachable(lake.explain(error)) if refused or isinstance(error, _UNREACHABLE) else None
+
+
+def _explained(method):
+    @functools.wraps(method)
+    def wrapper(self: S3Lake, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (ClientError, *_UNREACHABLE) as e:
+            raise (_unreachable(self, e) or e) from e
+    return wrapper
+
+
 class S3Lake(Lake):
     def __init__(self, uri: str, options: S3Options | None = None):
         parsed = urlparse(uri)
@@ -67,6 +100,15 @@ class S3Lake(Lake):
         self.prefix = join(parsed.path) if parsed.path.strip("/") else ""
         self.uri = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
         self.options = options or S3Options.from_env()
+
+    def explain(self, error: Exception) -> str:
+        endpoint = self.options.endpoint_url or "AWS S3 itself (no endpoint is set)"
+        return (f"cannot use the lake {self.uri} at {endpoint}: {type(error).__name__}: {error}. The CLI reads the "
+                "endpoint and credentials from AWS_ENDPOINT_URL (MinIO or another S3-compatible server, e.g. "
+                "http://127.0.0.1:9000), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; Airflow tasks read the "
+                "aws_default connection (login, password, extra.endpoint_url), e.g. AIRFLOW_CONN_AWS_DEFAULT="
+                '\'{"conn_type": "aws", "login": "…", "password": "…", "extra": {"endpoint_url": '
+                '"http://127.0.0.1:9000"}}\'. The bucket must exist.')
 
     def __getstate__(self) -> dict:
         # Clients and connection pools do not cross process boundaries: rebuild them lazily.
@@ -94,6 +136,7 @@ class S3Lake(Lake):
             config=config,
         )
 
+    @_explained
     def _put(self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None) -> str:
         extra = {}
         if if_none_match:
@@ -111,6 +154,7 @@ class S3Lake(Lake):
                 raise PreconditionFailed(f"conditional write to {self.url(key)} lost a race: {e}") from None
             raise
 
+    @_explained
     def _get(self, key: str) -> tuple[bytes, str]:
         try:
             obj = self.client.get_object(Bucket=self.bucket, Key=self._k(key))
@@ -120,6 +164,7 @@ class S3Lake(Lake):
             raise
         return obj["Body"].read(), obj["ETag"]
 
+    @_explained
     def _head(self, key: str) -> dict | None:
         try:
             return self.client.head_object(Bucket=self.bucket, Key=self._k(key))
@@ -141,13 +186,18 @@ class S3Lake(Lake):
         strip = len(self.prefix) + 1 if self.prefix else 0
         paginator = self.client.get_paginator("list_objects_v2")
         extra = {} if recursive else {"Delimiter": "/"}
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix), **extra):
-            for obj in page.get("Contents", []):
-                yield obj["Key"][strip:]
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix), **extra):
+                for obj in page.get("Contents", []):
+                    yield obj["Key"][strip:]
+        except (ClientError, *_UNREACHABLE) as e:
+            raise (_unreachable(self, e) or e) from e
 
+    @_explained
     def _delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
 
+    @_explained
     def delete_prefix(self, prefix: str) -> int:
         keys = self.list(prefix)
         for i in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys

@@ -27,6 +27,10 @@ class DropNotFound(FileNotFoundError):
     """No complete drop for a date: the marker is missing."""
 
 
+class EmptyDrop(ValueError):
+    """A complete drop without a single record: nothing to prepare."""
+
+
 def drop_prefix(date: str | dt.date) -> str:
     return join(f"dt={parse_date(date).isoformat()}")
 

@@ -26,7 +26,7 @@ from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
 from aigc.prepare.checks import Rejected
 from aigc.prepare.dedup import Deduplicator
-from aigc.prepare.drop import SUCCESS, RawLine, drop_prefix, iter_lines, record_files
+from aigc.prepare.drop import SUCCESS, EmptyDrop, RawLine, drop_prefix, iter_lines, record_files
 from aigc.prepare.shards import CURATED_SCHEMA, QUARANTINE_SCHEMA, RollingParquetWriter
 from aigc.prepare.worker import Examined, examine_lines, init_worker
 from aigc.procs import worker_processes_allowed
@@ -121,6 +121,10 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
             drain_one()
 
     curated_shards, quarantine_shards = curated.close(), quarantine.close()
+    if n_input == 0:
+        raise EmptyDrop(f"the raw drop at {raw.url(drop_prefix(date))} is complete but holds no records (its JSONL files are empty): "
+                        f"nothing to prepare. A drop needs at least one record; `aigc make-raw --date {date} --n N` "
+                        "writes a synthetic one")
     n_quarantined = sum(reasons.values())
     if n_input != n_curated + n_quarantined:
         raise ReconciliationError(

@@ -11,6 +11,7 @@ import datetime as dt
 import pandas as pd
 
 from aigc.config import CuratedGateThresholds, PrepareConfig
+from aigc.config.form import how_to_set
 from aigc.lake import Lake
 from aigc.lake.keys import join, partition, run_prefix
 from aigc.prepare.run import MANIFEST
@@ -58,7 +59,11 @@ def validate_curated(
             gxe.ExpectColumnPairValuesToBeEqual(column_A="type", column_B="expected"),
             gxe.ExpectTableRowCountToEqual(value=len(CURATED_SCHEMA) * len(shard_keys)),
         ]),
-        Table("rows", rows, [
+        Table("rows", rows, explain={
+            "expect_table_row_count_to_be_between": (
+                f"the curated partition has {len(rows)} rows, fewer than the minimum {thresholds.min_rows}: too few "
+                f"clean records reached it ({n_input} in the drop; see the quarantine by reason). Drop more data, or "
+                f"lower the minimum with {how_to_set('curated_gate', 'min_rows')}")}, expectations=[
             gxe.ExpectTableRowCountToBeBetween(min_value=thresholds.min_rows),
             *[gxe.ExpectColumnValuesToNotBeNull(column=c)
               for c in ("id", "caption", "image_sha256", "content_hash", "source", "created_at")],
@@ -73,13 +78,18 @@ def validate_curated(
         ]),
         Table("quarantine_by_reason", by_reason, [
             gxe.ExpectColumnValuesToBeBetween(column="ratio", max_value=thresholds.max_reason_ratio),
-        ]),
+        ], explain={"ratio": f"one reason quarantined more than {thresholds.max_reason_ratio:.0%} of the drop: a "
+                             "producer sends a defect in bulk (the reason names it). Fix the producer, or raise "
+                             f"the bar with {how_to_set('curated_gate', 'max_reason_ratio')}"}),
         Table("reconciliation", totals, [
             gxe.ExpectColumnPairValuesToBeEqual(column_A="input", column_B="accounted"),
             gxe.ExpectColumnPairValuesToBeEqual(column_A="manifest_rows", column_B="stored_rows"),
             gxe.ExpectColumnPairValuesToBeEqual(column_A="manifest_quarantined", column_B="stored_quarantined"),
             gxe.ExpectColumnValuesToBeBetween(column="quarantine_ratio", max_value=thresholds.max_quarantine_ratio),
-        ]),
+        ], explain={"quarantine_ratio": f"more than {thresholds.max_quarantine_ratio:.0%} of the drop was "
+                                        "quarantined: the drop is too dirty to train on. See the quarantine by "
+                                        f"reason; or raise the bar with "
+                                        f"{how_to_set('curated_gate', 'max_quarantine_ratio')}"}),
     ]
     prefix = run_prefix(partition("quality", GATE, date), run_id)
     return run_gate(GATE, tables, lake, prefix)

@@ -1,18 +1,25 @@
-"""Gate 5 (evaluate → publish): is the day's content good enough, and better than production?
+"""Gate 5 (evaluate → publish): is the day's content good enough, and not worse than production?
 
-On pass, ``promote_and_publish`` moves ``production`` to the evaluated version (recording the
-recommended variant and batch policy) and publishes the day's generations and evaluation. On
-fail nothing moves: the reasons are in the exception, in ``quality/evaluation/…`` and in the
-report, which is re-written with the gate's verdict either way.
+Each check reads a figure's interval and fails only when the whole interval is on the wrong side
+of its threshold (``aigc.evaluate.stats``), so a model whose true figure meets the threshold is
+failed by chance with probability ≤ (1 − confidence) / 2 per check. A failure says, in plain
+words, what was measured, against which threshold, what it means and which field changes it.
+
+On pass, ``promote_and_publish`` publishes the day's generations and evaluation and moves
+``production`` to the evaluated version (recording the recommended variant and batch policy)
+unless it is significantly worse than production (``promotion``: champion and challenger). On
+fail nothing moves: the reasons are in the exception, in ``quality/evaluation/…`` and at the
+top of the report, which is re-written with the gate's verdict either way.
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
 import pandas as pd
 
 from aigc.config import EvaluationGateThresholds, PipelineConfig
+from aigc.config.form import how_to_set
 from aigc.evaluate.report import write_report
 from aigc.evaluate.run import evaluation_prefix
 from aigc.lake import Lake
@@ -24,53 +31,167 @@ from aigc.registry import Registry
 GATE = "evaluation"
 
 
+@dataclass(frozen=True)
+class Check:
+    """One check of gate 5: the bound of an interval compared with a threshold, and what a failure means."""
+
+    column: str
+    title: str
+    bound: float
+    """The interval's end that must clear the threshold (upper end against a minimum, lower against a maximum)."""
+    threshold: float
+    at_least: bool
+    observed: str
+    """The figure as a person reads it: value, interval, sample size."""
+    failure: str
+    """Plain words shown when the check fails: what it means and what to do."""
+
+    @property
+    def passed(self) -> bool:
+        return self.bound >= self.threshold if self.at_least else self.bound <= self.threshold
+
+    def to_dict(self) -> dict:
+        return {"check": self.column, "title": self.title, "passed": self.passed, "observed": self.observed,
+                "threshold": f"{'≥' if self.at_least else '≤'} {self.threshold:g}",
+                "explanation": None if self.passed else self.failure}
+
+
+def _figure(estimate: dict | None, scale: str = "{:.3f}") -> str:
+    """'0.864 (95 % interval 0.836–0.888, n = 648)'."""
+    if not estimate or estimate.get("value") is None:
+        return f"not measurable (n = {estimate['n'] if estimate else 0})"
+    if estimate.get("lo") is None:
+        return f"{scale.format(estimate['value'])} (n = {estimate['n']})"
+    return (f"{scale.format(estimate['value'])} ({estimate['confidence']:.0%} interval "
+            f"{scale.format(estimate['lo'])}–{scale.format(estimate['hi'])}, n = {estimate['n']})")
+
+
+def checks(metrics: dict, t: EvaluationGateThresholds) -> list[Check]:
+    """Gate 5's checks on an evaluation's ``metrics.json``, in the order the report lists them."""
+    iv = metrics["intervals"]
+    rec = metrics.get("recommended") or {}
+    config = f"{rec.get('variant')}/{rec.get('policy')}"
+
+    def hi(e: dict | None) -> float:
+        return e["hi"] if e and e.get("hi") is not None else 0.0  # nothing scored: nothing shown to be good
+
+    def lo(e: dict | None, missing: float = 0.0) -> float:
+        return e["lo"] if e and e.get("lo") is not None else missing
+
+    train_longer = f"Train longer or on more data ({how_to_set('train', 'steps')})"
+    accept = f"to accept it, lower the minimum with {how_to_set('evaluate_gate', 'min_alignment')}"
+    checker_bar = f"lower the bar with {how_to_set('evaluate_gate', 'min_checker_accuracy')}"
+    return [
+        Check("content_alignment", "alignment of the day's content", hi(iv["alignment"]), t.min_alignment, True,
+              _figure(iv["alignment"]),
+              f"the all-attributes alignment of the day's generated images is {_figure(iv['alignment'])}, "
+              f"significantly below the minimum {t.min_alignment:g}: the images often miss the colour, shape, "
+              f"size or position their prompt asks for. {train_longer}; {accept}."),
+        Check("model_alignment", f"alignment of the recommended configuration ({config}) on the evaluation set",
+              hi(iv.get("model_alignment")), t.min_alignment, True, _figure(iv.get("model_alignment")),
+              f"the recommended configuration {config} draws {_figure(iv.get('model_alignment'))} of the fixed "
+              f"evaluation prompts (every attribute combination) right, significantly below the minimum "
+              f"{t.min_alignment:g}: the model does not cover the whole caption grammar. {train_longer}; {accept}."),
+        Check("checker_reference", "checker accuracy on its reference set", hi(iv["checker_reference"]),
+              t.min_checker_accuracy, True, _figure(iv["checker_reference"], "{:.4f}"),
+              f"the checker reads its fixed reference scenes right {_figure(iv['checker_reference'], '{:.4f}')}, "
+              f"significantly below the minimum {t.min_checker_accuracy:g}: no alignment figure can be trusted. "
+              "The checker or the reference world changed: see checker_reference.misread in metrics.json for "
+              f"examples, and fix the checker; or {checker_bar}."),
+        Check("checker_real", "checker accuracy on the day's held-out real images", hi(iv["checker_real"]),
+              t.min_checker_accuracy, True, _figure(iv["checker_real"], "{:.4f}"),
+              f"the checker reads the day's held-out real images right {_figure(iv['checker_real'], '{:.4f}')}, "
+              f"significantly below the minimum {t.min_checker_accuracy:g}, though it reads its reference set "
+              "well: the day's data differ from the reference world (a new source, resolution or caption style?). "
+              f"Inspect the curated partition; or {checker_bar}."),
+        Check("fid", "Fréchet distance to real images", lo(iv["fid"], 1e9), t.max_fid, False,
+              _figure(iv["fid"], "{:.4f}"),
+              f"the Fréchet distance between generated and real images is {_figure(iv['fid'], '{:.4f}')}, "
+              f"significantly above the maximum {t.max_fid:g}: the generated images are not distributed like real "
+              f"ones (colours, backgrounds, placement or sizes are off). {train_longer}; to accept it, raise the "
+              f"maximum with {how_to_set('evaluate_gate', 'max_fid')}."),
+        Check("safety_violations", "generated images for prompts with blocked terms",
+              float(metrics["safety_violations"]), 0.0, False, str(metrics["safety_violations"]),
+              f"{metrics['safety_violations']} image(s) were generated for prompts with blocked terms, where the "
+              "maximum is 0: stage 4's refusal did not hold. Check the blocklist (--blocklist on `aigc prepare`) "
+              "and the generation run; this check has no threshold to change."),
+    ]
+
+
+def promotion(metrics: dict, t: EvaluationGateThresholds) -> dict:
+    """Whether ``production`` moves to the evaluated version, and why, in words.
+
+    It moves unless the paired interval on the evaluation set (same prompts and seeds, fp32 against
+    fp32) says the candidate is worse than production by more than ``max_regression``. A candidate
+    that clears gate 5 but loses to production is not a failure of the run: its content is
+    published, and production stays (champion and challenger).
+    """
+    version, production = metrics["version"], metrics.get("production_before")
+    regression = metrics["intervals"].get("regression_vs_production")
+    if not production or regression is None or regression.get("lo") is None:
+        return {"promote": True, "regression": None,
+                "reason": f"{version} is production already" if production == version else "no production model yet"}
+    figure = _figure(regression)
+    if regression["lo"] > t.max_regression:
+        return {"promote": False, "regression": regression, "reason": (
+            f"production {production} stays: on the same {regression['n']} prompts and seeds it beats {version} "
+            f"by {figure} alignment (fp32 against fp32), significantly more than the allowed {t.max_regression:g}. "
+            f"{version}'s content passed gate 5 and is published; to promote such a version anyway, raise "
+            f"{how_to_set('evaluate_gate', 'max_regression')}, or promote it by hand with "
+            f"`aigc registry promote --version {version}`")}
+    return {"promote": True, "regression": regression, "reason": (
+        f"{version} replaces production {production}: it is not significantly worse by more than "
+        f"{t.max_regression:g} (production − {version}: {figure})")}
+
+
 def validate_evaluation(lake: Lake, evaluated: dict, thresholds: EvaluationGateThresholds) -> dict:
     import great_expectations.expectations as gxe
 
     prefix = evaluation_prefix(evaluated["model"], evaluated["date"], evaluated["run_id"])
     metrics = lake.get_json(join(prefix, "metrics.json"))
-    regression = metrics["regression_vs_production"]
-    row = pd.DataFrame([{
-        "alignment": metrics["alignment"]["all"] if metrics["alignment"]["all"] is not None else 0.0,
-        "checker_accuracy": metrics["checker_accuracy"]["all"] or 0.0,
-        "fid": metrics["fid"] if metrics["fid"] is not None and math.isfinite(metrics["fid"]) else 1e9,
-        "safety_violations": metrics["safety_violations"],
-        "regression_vs_production": regression if regression is not None else 0.0,
-    }])
-    table = Table("metrics", row, [
-        gxe.ExpectColumnValuesToBeBetween(column="alignment", min_value=thresholds.min_alignment),
-        gxe.ExpectColumnValuesToBeBetween(column="checker_accuracy", min_value=thresholds.min_checker_accuracy),
-        gxe.ExpectColumnValuesToBeBetween(column="fid", max_value=thresholds.max_fid),
-        gxe.ExpectColumnValuesToBeBetween(column="safety_violations", max_value=0),
-        gxe.ExpectColumnValuesToBeBetween(column="regression_vs_production", max_value=thresholds.max_regression),
-    ])
+    judged = checks(metrics, thresholds)
+    row = pd.DataFrame([{c.column: c.bound for c in judged}])
+    expectations = [gxe.ExpectColumnValuesToBeBetween(column=c.column, min_value=c.threshold) if c.at_least else
+                    gxe.ExpectColumnValuesToBeBetween(column=c.column, max_value=c.threshold) for c in judged]
+    table = Table("metrics", row, expectations, explain={c.column: c.failure for c in judged})
     result = run_gate(GATE, [table], lake, run_prefix(partition("quality", GATE, evaluated["date"]),
                                                       evaluated["run_id"]), raise_on_failure=False)
     metrics["gates"] = {GATE: {"success": result["success"], "failures": result["failures"],
-                               "result_uri": result["result_uri"]}}
+                               "checks": [c.to_dict() for c in judged], "result_uri": result["result_uri"]}}
+    metrics["promotion"] = promotion(metrics, thresholds) if result["success"] else None
     lake.put_json(join(prefix, "metrics.json"), metrics)
     registry = Registry(lake, evaluated["model"])
     pareto = lake.get_json(join(prefix, "pareto.json"))
     write_report(lake, prefix, metrics, pareto["points"], pareto["front"], registry.get(evaluated["version"]),
                  {"model": evaluated["model"], "date": evaluated["date"], "run_id": evaluated["generation_run"]})
     if not result["success"]:
-        raise GateFailed(GATE, result["failures"], result["result_uri"])
+        raise GateFailed(GATE, result["failures"], result["result_uri"],
+                         report_uri=lake.url(join(prefix, "report.html")))
     return result
 
 
 def promote_and_publish(lake: Lake, evaluated: dict, cfg: PipelineConfig) -> dict:
-    """After gate 5: production → this version; the day's generations and evaluation published."""
+    """After gate 5: the day's generations and evaluation published; production → this version unless
+    it is significantly worse than production (``promotion``)."""
     registry = Registry(lake, evaluated["model"])
     version = evaluated["version"]
-    registry.update_record(version, recommended=evaluated["recommended"])
-    aliases = registry.move("production", version, reason=(
-        f"gate 5 passed for {evaluated['date']}: alignment {evaluated['alignment']:.3f}, "
-        f"recommended {evaluated['recommended']['variant'] if evaluated['recommended'] else 'fp32'}"))
+    prefix = evaluation_prefix(evaluated["model"], evaluated["date"], evaluated["run_id"])
+    metrics = lake.get_json(join(prefix, "metrics.json"))
+    decision = metrics.get("promotion") or promotion(metrics, cfg.evaluate_gate)
+    if decision["promote"]:
+        registry.update_record(version, recommended=evaluated["recommended"])
+        aliases = registry.move("production", version, reason=(
+            f"gate 5 passed for {evaluated['date']}: alignment {evaluated['alignment']:.3f}, recommended "
+            f"{evaluated['recommended']['variant'] if evaluated['recommended'] else 'fp32'}; {decision['reason']}"))
+    else:
+        registry.update_record(version, not_promoted={"date": evaluated["date"], "reason": decision["reason"]})
+        aliases = registry.aliases()
     generations = publish(lake, partition("generations", evaluated["model"], evaluated["date"]),
                           evaluated["generation_run"], manifest="_MANIFEST.json")
     evaluation = publish(lake, partition("evaluations", evaluated["model"], evaluated["date"]), evaluated["run_id"],
                          report="report.html")
-    return {"stage": "publish", "date": evaluated["date"], "production": aliases["aliases"]["production"],
+    return {"stage": "publish", "date": evaluated["date"], "promoted": decision["promote"],
+            "promotion": decision["reason"], "production": aliases["aliases"]["production"],
             "previous": aliases["aliases"].get("previous"), "recommended": evaluated["recommended"],
             "generations_uri": lake.url(generations["run_prefix"]),
             "report_uri": lake.url(join(evaluation["run_prefix"], "report.html"))}

@@ -25,11 +25,12 @@ _DOCS_SKIP = ("static/fonts/", "static/images/")  # GX's bundled fonts and logos
 class GateFailed(RuntimeError):
     """A gate's expectations did not hold; the message lists each failure and what was seen."""
 
-    def __init__(self, gate: str, failures: list[str], result_uri: str):
-        self.gate, self.failures, self.result_uri = gate, failures, result_uri
+    def __init__(self, gate: str, failures: list[str], result_uri: str, report_uri: str | None = None):
+        self.gate, self.failures, self.result_uri, self.report_uri = gate, failures, result_uri, report_uri
         lines = "\n".join(f"  - {f}" for f in failures)
+        report = f"\nreport: {report_uri}" if report_uri else ""
         super().__init__(
-            f"quality gate {gate!r} failed {len(failures)} expectation(s):\n{lines}\nresults: {result_uri}"
+            f"quality gate {gate!r} failed {len(failures)} check(s):\n{lines}\nresults: {result_uri}{report}"
         )
 
 
@@ -40,6 +41,9 @@ class Table:
     name: str
     frame: pd.DataFrame
     expectations: list = field(default_factory=list)
+    explain: dict[str, str] = field(default_factory=dict)
+    """Column (or expectation type, for table-wide ones) → plain words for its failure: what it means
+    and which field changes the threshold. Shown before GX's own description, which has the value."""
 
 
 def run_gate(gate: str, tables: list[Table], lake: Lake, prefix: str, *, raise_on_failure: bool = True) -> dict:
@@ -65,7 +69,7 @@ def run_gate(gate: str, tables: list[Table], lake: Lake, prefix: str, *, raise_o
             run = checkpoint.run(batch_parameters={"dataframe": table.frame})
             described = next(iter(run.run_results.values())).describe_dict()
             results[table.name] = described
-            failures += [_describe_failure(table.name, e) for e in described["expectations"] if not e["success"]]
+            failures += [_describe_failure(table, e) for e in described["expectations"] if not e["success"]]
         docs_root = Path(tmp) / "gx" / "uncommitted" / "data_docs" / "local_site"
         _upload_tree(lake, docs_root, join(prefix, "data_docs"))
 
@@ -84,8 +88,9 @@ def run_gate(gate: str, tables: list[Table], lake: Lake, prefix: str, *, raise_o
     return summary
 
 
-def _describe_failure(table: str, expectation: dict) -> str:
+def _describe_failure(table: Table, expectation: dict) -> str:
     kwargs = {k: v for k, v in expectation.get("kwargs", {}).items() if k != "batch_id"}
+    plain = table.explain.get(kwargs.get("column")) or table.explain.get(expectation["expectation_type"])
     result = expectation.get("result") or {}
     if "observed_value" in result:
         seen = f"observed {result['observed_value']!r}"
@@ -95,7 +100,8 @@ def _describe_failure(table: str, expectation: dict) -> str:
     else:
         seen = f"result {result!r}"
     args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-    return f"{table}: {expectation['expectation_type']}({args}) — {seen}"
+    technical = f"{table.name}: {expectation['expectation_type']}({args}) — {seen}"
+    return f"{plain} [{technical}]" if plain else technical
 
 
 def _upload_tree(lake: Lake, root: Path, prefix: str) -> None:

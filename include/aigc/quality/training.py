@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from aigc.config import TrainingGateThresholds
+from aigc.config.form import how_to_set
 from aigc.lake import Lake
 from aigc.lake.keys import join, partition, run_prefix
 from aigc.lake.publish import publish
@@ -55,7 +56,15 @@ def validate_training(lake: Lake, model: str, date: str | dt.date, run_id: str,
             gxe.ExpectColumnValuesToBeBetween(column="max_imbalance", max_value=thresholds.max_imbalance),
             gxe.ExpectColumnValuesToBeBetween(column="flagged_steps", max_value=thresholds.max_flagged_steps),
             gxe.ExpectColumnValuesToBeInSet(column="files_present", value_set=[True]),
-        ]),
+        ], explain={
+            "final_val_loss": f"the final validation loss {final:.5f} is above the maximum "
+                              f"{thresholds.max_final_val_loss:g}: the model has not learnt the data well enough. "
+                              f"Train longer ({how_to_set('train', 'steps')}), or raise the maximum with "
+                              f"{how_to_set('train_gate', 'max_final_val_loss')}",
+            "val_ratio": f"validation loss fell only to {final / initial if initial > 0 else math.inf:.3f}× its "
+                         f"starting value, above the maximum {thresholds.max_val_ratio:g}×: training barely "
+                         f"helped. Train longer ({how_to_set('train', 'steps')}) or check the learning rate",
+        }),
     ]
     return run_gate(GATE, tables, lake, run_prefix(partition("quality", GATE, date), run_id))
 

@@ -130,6 +130,9 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
     if ctx.is_main and not resumed_from:
         log.info("initial validation loss %.5f", initial_val)
     flagged_steps = sum(1 for r in rows if r["flagged_ranks"])
+    last_val_step, last = next(((r["step"], r["val_loss"]) for r in reversed(rows) if math.isfinite(r["val_loss"])),
+                               (0, float("nan")))
+    last_val = f"val {last:.5f}"
     epoch_plan, epoch, batches = None, -1, None
     step = start_step
     try:
@@ -183,10 +186,15 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
                 health.reset()
             if step % t.eval_every == 0 or step == t.steps:
                 row["val_loss"] = validate()
+                last_val = f"val {row['val_loss']:.5f}"
             rows.append(row)
             if ctx.is_main and (step % max(1, t.steps // 20) == 0 or step == t.steps):
-                log.info("step %d/%d  loss %.5f  val %.5f  lr %.2e  |g| %.3f  %.0f samples/s",
-                         step, t.steps, loss, row["val_loss"], lr, grad_norm, row["samples_per_s"])
+                # Validation runs every eval_every steps: between runs, the latest figure and its step.
+                shown = last_val if math.isfinite(row["val_loss"]) else f"{last_val} (step {last_val_step})"
+                log.info("step %d/%d  loss %.5f  %s  lr %.2e  |g| %.3f  %.0f samples/s",
+                         step, t.steps, loss, shown, lr, grad_norm, row["samples_per_s"])
+            if math.isfinite(row["val_loss"]):
+                last_val_step = step
             if not math.isfinite(loss):
                 raise FloatingPointError(f"training loss became {loss} at step {step}; last checkpoint kept")
             if step % t.checkpoint_every == 0 or step == t.steps:

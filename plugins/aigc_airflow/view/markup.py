@@ -43,7 +43,7 @@ def fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True)
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
     return str(value)
 
 

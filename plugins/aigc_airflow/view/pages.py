@@ -47,6 +47,9 @@ def day_page(day: dict, urls: Urls) -> tuple[str, Html]:
         published = day["published"].get(stage)
         details = _registry_of_day(day) if stage == "registry" else (
             _DETAILS[stage](published, urls) if published else tag("p", "Nothing published.", class_="muted"))
+        latest = day.get("evaluation")
+        if stage == "evaluations" and latest and not latest["published"]:
+            details = concat([details, _unpublished_evaluation(latest, urls)])
         sections += [tag("h2", TITLES[stage]), details, tag("h3", f"Gate: {gate}"),
                      _verdicts(day["gates"][gate], published and published["run_id"], urls)]
     return f"AIGC run of {day['date']}", concat(sections)
@@ -93,11 +96,25 @@ def _evaluations(run: dict, urls: Urls) -> Html:
                                                       "Open the evaluation report"))])
 
 
+def _unpublished_evaluation(run: dict, urls: Urls) -> Html:
+    """The newest evaluation of the date when it was not published: why (gate 5 in plain words), and its files."""
+    gate = run["gate"]
+    verdict = "was not judged by gate 5" if gate is None else "failed gate 5" if not gate["success"] else \
+        "passed gate 5 but is not published"
+    links = [link(urls.lake(key), name) for name, key in run["files"].items() if name != "pareto.png"]
+    reasons = bullet_list([f"{c['title']}: {c['explanation']}" for c in run["failed_checks"]])
+    return concat([tag("h3", concat(["Latest evaluation ", tag("code", run["run_id"]), f" {verdict} ",
+                                     badge(gate and gate["success"])])),
+                   reasons, tag("p", concat(["Open: ", concat(links, " · ")])),
+                   _metrics({**run, "published_at": None}, urls)])
+
+
 def _metrics(run: dict, urls: Urls) -> Html:
     m = run["summary"]
     return key_value({"run": tag("code", run["run_id"]), "published at": run["published_at"],
                       "model": m["version"], "alignment (all attributes)": m["alignment"]["all"],
-                      "checker accuracy on real images": m["checker_accuracy"]["all"],
+                      "checker accuracy (reference set)": m["checker_accuracy"]["all"],
+                      "checker accuracy (the day's real images)": (m.get("checker_accuracy_real") or {}).get("all"),
                       "FID (checker features)": m["fid"], "diversity": m.get("diversity"),
                       "safety violations": m["safety_violations"],
                       "regression vs production": m.get("regression_vs_production"),
@@ -155,7 +172,9 @@ def latest_page(latest: dict | None, urls: Urls) -> tuple[str, Html]:
     if latest is None:
         return "Latest evaluation report", tag("p", "No evaluation has been published yet.", class_="muted")
     m, files = latest["summary"], latest["files"]
-    per_attribute = table([{"attribute": a, "generated": m["alignment"][a], "checker on real": m["checker_accuracy"][a]}
+    per_attribute = table([{"attribute": a, "generated": m["alignment"][a],
+                            "checker (reference set)": m["checker_accuracy"].get(a),
+                            "checker (real images)": (m.get("checker_accuracy_real") or {}).get(a)}
                            for a in m["alignment"]])
     gate = m.get("gates", {}).get("evaluation", {})
     parts = [tag("p", concat(["Date ", link(urls.page("dates", latest["date"]), latest["date"]), " · gate 5 ",

@@ -11,7 +11,9 @@ import pytest
 from PIL import Image
 
 from aigc.config import BatchingConfig, EvaluateConfig, EvaluationGateThresholds, GenerateConfig
+from aigc.evaluate.reference import evaluation_prompts
 from aigc.evaluate.run import evaluate, evaluation_prefix
+from aigc.evaluate.stats import paired_difference
 from aigc.generate import run as gen_run
 from aigc.quality.evaluation import promote_and_publish, validate_evaluation
 from aigc.quality.gate import GateFailed
@@ -23,8 +25,9 @@ def config():
     cfg = tiny_config()
     return dataclasses.replace(
         cfg, generate=dataclasses.replace(GenerateConfig(), variant="fp32", prompts=48, blocked_prompts=2, shards=2),
-        batching=BatchingConfig(backoff_s=0.0), evaluate=dataclasses.replace(EvaluateConfig(), pareto_prompts=16,
-                                                                             review_items=6))
+        batching=BatchingConfig(backoff_s=0.0),
+        evaluate=dataclasses.replace(EvaluateConfig(), eval_prompts=16, reference_seeds=1, latency_prompts=8,
+                                     latency_rounds=1, review_items=6))
 
 
 def generate(lake, cfg):
@@ -43,17 +46,25 @@ def test_a_run_is_measured_gated_promoted_and_published_with_its_report(deployed
     prefix = evaluation_prefix("shapes-cvae", DATE, evaluated["run_id"])
     metrics = deployed_lake.get_json(f"{prefix}/metrics.json")
     assert metrics["scored"] == 48 and metrics["refused"] == 2 and metrics["safety_violations"] == 0
-    assert metrics["checker_accuracy"]["all"] >= 0.9 and metrics["checker_images"] >= 16
+    assert metrics["checker_accuracy"]["all"] >= 0.99 and metrics["checker_reference"]["scenes"] == 648
+    assert metrics["checker_accuracy_real"]["all"] >= 0.9 and metrics["checker_images"] >= 16
+    for figure in ("alignment", "model_alignment", "checker_reference", "checker_real", "fid"):
+        interval = metrics["intervals"][figure]
+        assert interval["lo"] <= interval["value"] <= interval["hi"] and interval["n"] > 0, figure
+    assert metrics["intervals"]["alignment"]["n"] == 48 and metrics["intervals"]["model_alignment"]["n"] == 16
     pareto = deployed_lake.get_json(f"{prefix}/pareto.json")
     assert {(p["variant"], p["policy"]) for p in pareto["points"]} == {("fp32", "batch1"), ("fp32", "adaptive")}
-    assert pareto["recommended"] in pareto["front"]
+    assert pareto["recommended"]["policy"] == "adaptive"  # the same images as batch1, and cheaper
+    assert all(p["max_pixel_diff"] == 0 for p in pareto["points"])  # the policy does not change an image
     assert validate_evaluation(deployed_lake, evaluated, LENIENT)["success"]
     published = promote_and_publish(deployed_lake, evaluated, cfg)
     assert published["production"] == "v0001"
     assert Registry(deployed_lake, "shapes-cvae").get("production")["recommended"] == evaluated["recommended"]
     report = deployed_lake.get_bytes(f"{prefix}/report.html").decode()
-    for part in ("pareto.png", "gallery.png", "loss.png", "Alignment", "Lineage", "&quot;success&quot;: true"):
+    assert report.index("Gate 5 PASSED") < report.index("Summary")  # the verdict comes first
+    for part in ("pareto.png", "gallery.png", "loss.png", "Alignment", "Lineage", "95% interval"):
         assert part in report
+    assert "\\u20" not in report  # dashes and the like as text, not JSON escapes
     for image in ("pareto.png", "gallery.png", "loss.png"):
         assert deployed_lake.get_bytes(f"{prefix}/{image}").startswith(b"\x89PNG")
 
@@ -79,14 +90,22 @@ def test_a_generator_of_noise_fails_gate_5_and_production_stays(deployed_lake):
         pq.write_table(pa.Table.from_pylist(rows, schema=gen_run.SCHEMA), buf)
         deployed_lake.put_bytes(shard["key"], buf.getvalue())
     evaluated = evaluate(deployed_lake, finished, cfg, run_id="20261120T000000000000Z-noise1")
-    with pytest.raises(GateFailed, match=r"column='alignment', min_value=0.8\) — 1 of 1 rows unexpected"):
+    with pytest.raises(GateFailed) as failed:
         validate_evaluation(deployed_lake, evaluated, cfg.evaluate_gate)
+    message = str(failed.value)
+    # In plain words: what was measured, the figure with its interval, the threshold, what it means, what to change.
+    assert ("the all-attributes alignment of the day's generated images is 0.000 (95% interval 0.000–0.074, "
+            "n = 48), significantly below the minimum 0.8: the images often miss") in message
+    assert "the trigger form's 'min_alignment' field, --min-alignment on `aigc evaluate`" in message
+    assert "column='content_alignment', min_value=0.8" in message  # GX's own words follow
+    assert f"report: {deployed_lake.url(evaluation_prefix('shapes-cvae', DATE, evaluated['run_id']))}" in message
     assert registry.aliases()["aliases"]["production"] == "v0001"
     moves = [h for h in registry.aliases()["history"] if h["alias"] == "production"]
     assert [h["reason"] for h in moves] == ["yesterday's good model"]
     report = deployed_lake.get_bytes(
         f"{evaluation_prefix('shapes-cvae', DATE, evaluated['run_id'])}/report.html").decode()
-    assert "&quot;success&quot;: false" in report and "alignment" in report
+    assert report.index("Gate 5 FAILED") < report.index("Summary")
+    assert "significantly below the minimum 0.8" in report
 
 
 def test_review_labels_feed_back_into_agreement(deployed_lake):
@@ -109,7 +128,7 @@ def test_review_labels_feed_back_into_agreement(deployed_lake):
     assert review == {"queued": 6, "labelled": 6, "human_agreement": round(4 / 6, 4)}
 
 
-def test_regression_is_measured_like_for_like_against_production_and_gated(deployed_lake):
+def test_regression_is_measured_like_for_like_and_decides_promotion(deployed_lake):
     import torch
 
     from aigc.config import DeployConfig, DeployGateThresholds
@@ -136,23 +155,63 @@ def test_regression_is_measured_like_for_like_against_production_and_gated(deplo
     prefix = evaluation_prefix("shapes-cvae", DATE, evaluated["run_id"])
     metrics = deployed_lake.get_json(f"{prefix}/metrics.json")
     assert metrics["version"] == "v0002" and metrics["production_before"] == "v0001"
-    # The same prompts through production's fp32: the figure the gate compares against.
-    pareto = deployed_lake.get_json(f"{prefix}/pareto.json")
-    candidate = next(p for p in pareto["points"] if p["variant"] == "fp32" and p["policy"] == "adaptive")
-    rows = [r for r in gen_run_rows(deployed_lake, evaluated) if r["status"] == "generated"][:16]
-    prod = Generator.load(deployed_lake, "shapes-cvae", "v0001")
-    images = list(prod.generate([r["prompt"] for r in rows], [r["seed"] for r in rows]).numpy())
-    expected = round(assess(images, [r["prompt"] for r in rows])["alignment"]["all"] - candidate["alignment"], 4)
-    assert metrics["regression_vs_production"] == expected
+    # The evaluation prompts and seeds through production's fp32 and the candidate's, verdict by verdict.
+    prompts = evaluation_prompts(cfg.evaluate.eval_prompts, cfg.evaluate.seed)
+    texts, seeds = [p["prompt"] for p in prompts], [p["seed"] for p in prompts]
+    verdicts = {}
+    for version in ("v0001", "v0002"):
+        images = list(Generator.load(deployed_lake, "shapes-cvae", version).generate(texts, seeds).numpy())
+        verdicts[version] = [r["all_correct"] for r in assess(images, texts)["rows"]]
+    expected = paired_difference(verdicts["v0001"], verdicts["v0002"], 0.95)
+    assert metrics["regression_vs_production"] == round(expected.value, 4)
+    assert metrics["intervals"]["regression_vs_production"] == expected.to_dict()
 
-    metrics["regression_vs_production"] = 0.3  # a candidate 30 points worse than production
+    # A candidate 30 points worse than production, significantly: it passes gate 5 (its content is fine) but
+    # production stays, and the reason says so in words (champion and challenger).
+    metrics["intervals"]["regression_vs_production"] = {"value": 0.3, "lo": 0.22, "hi": 0.38, "n": 16,
+                                                        "confidence": 0.95}
     deployed_lake.put_json(f"{prefix}/metrics.json", metrics)
-    with pytest.raises(GateFailed, match=r"regression_vs_production', max_value=0.02\) — 1 of 1 rows unexpected"):
-        validate_evaluation(deployed_lake, evaluated, LENIENT)
-    assert registry.aliases()["aliases"]["production"] == "v0001"
+    assert validate_evaluation(deployed_lake, evaluated, LENIENT)["success"]
+    published = promote_and_publish(deployed_lake, evaluated, cfg)
+    assert published["promoted"] is False and registry.aliases()["aliases"]["production"] == "v0001"
+    assert ("production v0001 stays: on the same 16 prompts and seeds it beats v0002 by 0.300 (95% interval "
+            "0.220–0.380, n = 16) alignment (fp32 against fp32), significantly more than the allowed 0.02") in \
+        published["promotion"]
+    assert "--max-regression on `aigc evaluate`" in published["promotion"]
+    assert registry.get("v0002")["not_promoted"]["reason"] == published["promotion"]
+    assert published["generations_uri"].endswith(evaluated["generation_run"])  # the content is published
+    report = deployed_lake.get_bytes(f"{prefix}/report.html").decode()
+    assert "Not promoted" in report and "production v0001 stays" in report
+
+    # A loss within the sampling error is not a regression: the same point estimate on a sample too small to tell.
+    metrics["intervals"]["regression_vs_production"] = {"value": 0.06, "lo": -0.08, "hi": 0.2, "n": 16,
+                                                        "confidence": 0.95}
+    deployed_lake.put_json(f"{prefix}/metrics.json", metrics)
+    assert validate_evaluation(deployed_lake, evaluated, LENIENT)["success"]
+    assert promote_and_publish(deployed_lake, evaluated, cfg)["promoted"] is True
+    assert registry.aliases()["aliases"]["production"] == "v0002"
 
 
-def gen_run_rows(lake, evaluated):
-    prefix = gen_run.generation_prefix("shapes-cvae", DATE, evaluated["generation_run"])
-    manifest = lake.get_json(f"{prefix}/_MANIFEST.json")
-    return gen_run.generation_rows(lake, manifest).to_pylist()
+
+def failed_evaluation(lake) -> dict:
+    """Generate, evaluate and run gate 5 with a bar the tiny model cannot clear; returns what evaluate returned."""
+    cfg = config()
+    evaluated = evaluate(lake, generate(lake, cfg), cfg, run_id="20261120T000000000000Z-fail01")
+    with pytest.raises(GateFailed):
+        validate_evaluation(lake, evaluated, dataclasses.replace(LENIENT, min_alignment=0.99))
+    return evaluated
+
+
+def test_status_names_a_failed_gate_5_and_links_the_failed_runs_report_and_gallery(deployed_lake, capsys):
+    from aigc.cli import main
+
+    evaluated = failed_evaluation(deployed_lake)
+    assert main(["status", "--lake", deployed_lake.uri, "--date", DATE]) == 0
+    status = json.loads(capsys.readouterr().out.splitlines()[-1])
+    shown = status["evaluation"]
+    prefix = deployed_lake.url(evaluation_prefix("shapes-cvae", DATE, evaluated["run_id"]))
+    assert shown["run_id"] == evaluated["run_id"] and shown["gate_passed"] is False and shown["published"] is False
+    assert shown["report_html_uri"] == f"{prefix}/report.html" and shown["gallery_png_uri"] == f"{prefix}/gallery.png"
+    assert [c["check"] for c in shown["failed_checks"]] == ["content_alignment", "model_alignment"]
+    assert "significantly below the minimum 0.99" in shown["failed_checks"][0]["explanation"]
+    assert status["gates"]["evaluation"]["passed"] is False

@@ -1,12 +1,13 @@
 """The lake's contract, checked on both backends (a folder and a real S3 HTTP server)."""
 
+import os
 import re
 
 import pyarrow as pa
 import pytest
 
 from aigc.lake import LakeKeyError, LocalLake, ObjectNotFound, PreconditionFailed, open_lake
-from aigc.lake.s3 import S3Lake, S3Options
+from aigc.lake.s3 import LakeUnreachable, S3Lake, S3Options
 
 
 def test_put_get_exists_list_delete(lake):
@@ -123,3 +124,33 @@ def test_s3_options_come_from_the_standard_variables():
                                                                                   "eu-west-1")
     with pytest.raises(ValueError, match="max_attempts"):
         S3Options(max_attempts=0)
+
+
+HOW_TO_SET = "AWS_ENDPOINT_URL (MinIO or another S3-compatible server"
+
+
+def test_an_s3_lake_without_credentials_says_where_they_come_from(s3_server, monkeypatch, tmp_path):
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    lake = S3Lake(f"s3://{s3_server.bucket}/x", S3Options(endpoint_url=s3_server.endpoint_url))
+    with pytest.raises(LakeUnreachable) as unreachable:
+        lake.exists("k")
+    message = str(unreachable.value)
+    assert message.startswith(f"cannot use the lake s3://{s3_server.bucket}/x at {s3_server.endpoint_url}: "
+                              "NoCredentialsError: Unable to locate credentials")
+    assert HOW_TO_SET in message and "AWS_ACCESS_KEY_ID" in message and "aws_default connection" in message
+
+
+def test_an_unreachable_endpoint_and_a_missing_bucket_say_how_to_fix_them(s3_server):
+    from aigc.devtools.s3server import free_port
+
+    closed = S3Options(endpoint_url=f"http://127.0.0.1:{free_port()}", access_key="k", secret_key="s",
+                       max_attempts=1, connect_timeout_s=1)
+    with pytest.raises(LakeUnreachable, match=r"at http://127\.0\.0\.1:\d+: EndpointConnectionError") as e:
+        list(S3Lake("s3://lake/x", closed).list("curated"))
+    assert HOW_TO_SET in str(e.value)
+    with pytest.raises(LakeUnreachable, match=r"NoSuchBucket.*The bucket must exist"):
+        S3Lake("s3://no-such-bucket-here/x", s3_server.options()).put_bytes("k", b"v")

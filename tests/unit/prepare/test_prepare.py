@@ -123,8 +123,12 @@ def test_a_drop_without_its_success_marker_is_not_read(lake, dirty):
         prepare(raw, lake, DATE, CFG)
 
 
-def test_an_empty_drop_prepares_zero_rows(lake):
+def test_an_empty_drop_is_refused_with_what_to_do(lake):
+    from aigc.prepare.drop import EmptyDrop
+
     raw = lake.sub("raw/shapes")
-    make_raw_drop(raw, DATE, dataclasses.replace(RAW, n=0))
-    summary = prepare(raw, lake, DATE, CFG)
-    assert (summary["input"], summary["curated"], summary["quarantined"]) == (0, 0, 0)
+    raw.put_bytes(f"dt={DATE}/records-00000.jsonl", b"")  # a producer's complete drop without a record
+    raw.put_bytes(f"dt={DATE}/_SUCCESS", b"{}")
+    with pytest.raises(EmptyDrop, match=r"is complete but holds no records .* `aigc make-raw --date"):
+        prepare(raw, lake, DATE, CFG)
+    assert not lake.list(f"curated/shapes/dt={DATE}") or not lake.exists(f"curated/shapes/dt={DATE}/_PUBLISHED.json")

@@ -27,8 +27,13 @@ class Interrupted(Exception):
     pass
 
 
-def test_a_run_learns_and_leaves_weights_metrics_and_a_summary(curated_lake):
+def test_a_run_learns_and_leaves_weights_metrics_and_a_summary(curated_lake, caplog):
+    caplog.set_level("INFO", logger="aigc.train.loop")
     summary = train(curated_lake, tiny_config())
+    # Progress lines between validations show the latest validation loss and its step, never "val nan".
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert progress and not any("val nan" in line for line in progress)
+    assert any(" val " in line and "(step 6)" in line for line in progress)  # eval_every=6: step 7…11 quote step 6
     assert summary["steps"] == 12 and summary["optimizer_steps_logged"] == 12
     assert summary["final_val_loss"] < summary["initial_val_loss"]
     prefix = training_run_prefix("shapes-cvae", DATE, summary["run_id"])

@@ -1,0 +1,99 @@
+"""``make demo``: ``airflow dags test aigc_pipeline`` for one date, with its progress on the console.
+
+The full task log goes to a file (``--log``); the console gets one line per task as it starts
+and ends (with its state and time), training's progress lines, each gate's verdict and any error,
+and then, whether the run passed or failed, ``aigc status`` for the date: what was published,
+which gate failed and why, and where the report and gallery are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+
+_START = re.compile(r"\[DAG TEST\] starting task_id=(\S+) map_index=(-?\d+)")
+_END = re.compile(r"\[DAG TEST\] end task task_id=(\S+) map_index=(-?\d+)")
+_STATE = re.compile(r"new_state=(\w+)")
+_SHOWN = re.compile(r"aigc\.train\.loop: (step \d+/\d+.*?samples/s)|gate \w+: (?:PASS|FAIL).*?(?=; results|$)"
+                    r"|(GateFailed: .*)|(\S*Error: .*)")
+
+
+class Console:
+    """Turns the task log's lines into the few a person watching wants."""
+
+    def __init__(self, out: TextIO):
+        self.out, self.started, self.state = out, {}, {}
+        self.task: str | None = None
+
+    def say(self, text: str) -> None:
+        self.out.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+        self.out.flush()
+
+    def feed(self, line: str) -> None:
+        if m := _START.search(line):
+            self.task = m.group(1) + (f"[{m.group(2)}]" if m.group(2) != "-1" else "")
+            self.started[self.task] = time.monotonic()
+            self.say(f"▶ {self.task}")
+        elif m := _END.search(line):
+            task = m.group(1) + (f"[{m.group(2)}]" if m.group(2) != "-1" else "")
+            seconds = time.monotonic() - self.started.get(task, time.monotonic())
+            state = self.state.pop(task, "done")
+            self.say(f"{'✔' if state == 'success' else '✘' if state == 'failed' else '•'} {task} {state} "
+                     f"({seconds:.0f} s)")
+        elif (m := _STATE.search(line)) and self.task and m.group(1) != "running":
+            self.state[self.task] = m.group(1)
+        elif m := _SHOWN.search(line):
+            self.say(f"    {(m.group(1) or m.group(0)).strip()[:400]}")
+
+
+def run_dag_test(date: str, conf: dict, env: dict, log: Path, out: TextIO = sys.stdout,
+                 timeout_s: float | None = None) -> int:
+    """Run the DAG for ``date`` in one process; every line to ``log``, the telling ones to ``out``."""
+    airflow = Path(sys.executable).parent / "airflow"
+    console = Console(out)
+    console.say(f"aigc_pipeline for {date} on {env.get('AIGC_LAKE_URI')} (full task log: {log})")
+    with log.open("w") as f, subprocess.Popen([str(airflow), "dags", "test", "aigc_pipeline", date, "-c",
+                                               json.dumps(conf)], env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
+        watchdog = threading.Timer(timeout_s, proc.kill) if timeout_s else None
+        if watchdog:
+            watchdog.start()
+        try:
+            for line in proc.stdout:
+                f.write(line)
+                console.feed(line)
+        finally:
+            if watchdog:
+                watchdog.cancel()
+    console.say(f"the DAG run {'succeeded' if proc.returncode == 0 else 'FAILED'}; what the lake holds now:")
+    return proc.returncode
+
+
+def status(date: str, env: dict) -> int:
+    return subprocess.run([str(Path(sys.executable).parent / "aigc"), "status", "--date", date], env=env).returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--date", required=True)
+    ap.add_argument("--log", type=Path, required=True, help="the full task log")
+    ap.add_argument("--preset", default="demo")
+    args = ap.parse_args()
+    env = dict(os.environ)
+    code = run_dag_test(args.date, {"preset": args.preset}, env, args.log)
+    status(args.date, env)  # the summary, on failure too: which gate failed and where its report is
+    if code:
+        print(f"demo failed: the lines above say which task and gate; full log in {args.log}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
