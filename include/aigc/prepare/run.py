@@ -122,9 +122,9 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
 
     curated_shards, quarantine_shards = curated.close(), quarantine.close()
     if n_input == 0:
-        raise EmptyDrop(f"the raw drop at {raw.url(drop_prefix(date))} is complete but holds no records (its JSONL "
-                        f"files are empty): nothing to prepare. A drop needs at least one record; `aigc make-raw --date {date} --n N` "
-                        "writes a synthetic one")
+        raise EmptyDrop(f"the raw drop at {raw.url(drop_prefix(date))} is complete but holds no records (its "
+                        "JSONL files are empty): nothing to prepare. A drop needs at least one record; "
+                        f"`aigc make-raw --date {date} --n N` writes a synthetic one")
     n_quarantined = sum(reasons.values())
     if n_input != n_curated + n_quarantined:
         raise ReconciliationError(
