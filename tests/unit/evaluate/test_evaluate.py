@@ -54,7 +54,8 @@ def test_a_run_is_measured_gated_promoted_and_published_with_its_report(deployed
     assert metrics["intervals"]["alignment"]["n"] == 48 and metrics["intervals"]["model_alignment"]["n"] == 16
     pareto = deployed_lake.get_json(f"{prefix}/pareto.json")
     assert {(p["variant"], p["policy"]) for p in pareto["points"]} == {("fp32", "batch1"), ("fp32", "adaptive")}
-    assert pareto["recommended"]["policy"] == "adaptive"  # the same images as batch1, and cheaper
+    recommended = pareto["recommended"]
+    assert recommended["as_good"] and recommended["cost_tie"]  # (on 8 timed prompts either policy may be cheaper)
     assert all(p["max_pixel_diff"] == 0 for p in pareto["points"])  # the policy does not change an image
     assert validate_evaluation(deployed_lake, evaluated, LENIENT)["success"]
     published = promote_and_publish(deployed_lake, evaluated, cfg)
