@@ -68,7 +68,7 @@ system-deps:
 		|| echo "note: could not install $(SYSTEM_PACKAGES); the tests that need them will skip")
 
 test: install system-deps
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 airflow: install
 	@echo "Airflow UI: http://127.0.0.1:$(AIRFLOW__API__PORT)  (login: admin, password in $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated)"

@@ -76,18 +76,33 @@ def trained_lake(trained_template, tmp_path):
     return LocalLake(tmp_path / "trained")
 
 
-@pytest.fixture
-def deployed_lake(trained_lake):
-    """A registered version with fp32 and bf16 variants; gate 3 passed with only fp32 eligible."""
+@pytest.fixture(scope="session")
+def deployed_template(trained_template, tmp_path_factory):
+    """A lake with a registered version, fp32 and bf16 variants, gate 3 passed with only fp32 eligible:
+    made once per session; tests copy it (deployed_lake)."""
+    import shutil
+
     from aigc.config import DeployConfig, DeployGateThresholds
     from aigc.quality.deploy import smoke_test
     from aigc.registry.deploy import build_variants, register_trained
 
-    version = register_trained(trained_lake, "shapes-cvae", DATE)["version"]
-    build_variants(trained_lake, "shapes-cvae", version,
+    root = tmp_path_factory.mktemp("deployed-template") / "lake"
+    shutil.copytree(trained_template, root)
+    lake = LocalLake(root)
+    version = register_trained(lake, "shapes-cvae", DATE)["version"]
+    build_variants(lake, "shapes-cvae", version,
                    DeployConfig(variants="fp32,bf16", smoke_prompts=4, latency_batch=4, latency_repeats=1))
-    smoke_test(trained_lake, "shapes-cvae", version, DeployGateThresholds(max_latency_ms=1e6, max_pixel_mae=0.0), DATE)
-    return trained_lake
+    smoke_test(lake, "shapes-cvae", version, DeployGateThresholds(max_latency_ms=1e6, max_pixel_mae=0.0), DATE)
+    return root
+
+
+@pytest.fixture
+def deployed_lake(deployed_template, tmp_path):
+    """A copy of deployed_template for one test."""
+    import shutil
+
+    shutil.copytree(deployed_template, tmp_path / "deployed")
+    return LocalLake(tmp_path / "deployed")
 
 
 DEMO_MODEL = Path(__file__).resolve().parent / "fixtures" / "demo_model"

@@ -33,8 +33,9 @@ def test_on_kill_stops_the_launched_group_and_its_children():
     script = ("import subprocess, sys, time; "
               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
-    time.sleep(1.0)
-    children = psutil.Process(proc.pid).children(recursive=True)
+    deadline = time.monotonic() + 30  # poll for the grandchild, no fixed sleep
+    while not (children := psutil.Process(proc.pid).children(recursive=True)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert children
     op._started(proc)
     op.on_kill()
