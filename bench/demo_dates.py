@@ -91,18 +91,25 @@ def main() -> None:
               f"(n={iv['checker_real']['n']})  FID {iv['fid']['value']:.4f}  "
               f"→ {r['recommended']}  {'promoted' if r['promoted'] else 'not promoted'} (production − it: "
               f"{fmt(iv['regression_vs_production'])})  ({r['seconds']:.0f} s)", flush=True)
+        summary = summarise(args.start, lake, results)  # written after every date: a cut run keeps its dates
+    print(f"\ngate 5 passed on {summary['passed']} of {summary['days']} consecutive dates "
+          f"({wilson(summary['passed'], summary['days'])}); production moved on {summary['promoted']} of them; "
+          f"recommended: {', '.join(summary['recommended'])}")
+    print(json.dumps({k: v for k, v in summary.items() if k != "dates"}))
+
+
+def summarise(start: str, lake: str, results: list[dict]) -> dict:
+    """The run so far as one JSON object, also written to ``bench/results/demo_dates.json``."""
     passed = sum(r["passed"] for r in results)
     promoted = sum(bool(r["promoted"]) for r in results)
     rate = wilson(passed, len(results))
     recommended = sorted({r["recommended"] for r in results})
-    print(f"\ngate 5 passed on {passed} of {len(results)} consecutive dates ({rate}); production moved on "
-          f"{promoted} of them; recommended: {', '.join(recommended)}")
-    summary = {"bench": "demo_dates", "start": args.start, "days": len(results), "passed": passed,
+    summary = {"bench": "demo_dates", "start": start, "days": len(results), "passed": passed,
                "pass_rate": rate.to_dict(), "promoted": promoted, "recommended": recommended, "lake": lake,
                "dates": results}
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "demo_dates.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
-    print(json.dumps({k: v for k, v in summary.items() if k != "dates"}))
+    return summary
 
 
 if __name__ == "__main__":
