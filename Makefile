@@ -4,6 +4,9 @@ PYTHON ?= python3.11
 VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 DEMO_DATE ?= $(shell date -u -d yesterday +%F)
+# pytest-xdist workers for `make test`'s first pass (all but the live tests, tests/conftest.py);
+# the live deployments and torchrun groups then run one at a time. Exit code 5 is "no test selected".
+TEST_WORKERS ?= 2
 # `airflow standalone` starts its components as `airflow …` subprocesses: the venv must be on PATH.
 export PATH := $(BIN):$(PATH)
 
@@ -68,7 +71,8 @@ system-deps:
 		|| echo "note: could not install $(SYSTEM_PACKAGES); the tests that need them will skip")
 
 test: install system-deps
-	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not live" --durations=25 $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(BIN)/python -m pytest -q -m live --durations=25 $(PYTEST_ARGS) || [ $$? = 5 ]
 
 airflow: install
 	@echo "Airflow UI: http://127.0.0.1:$(AIRFLOW__API__PORT)  (login: admin, password in $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated)"

@@ -270,7 +270,7 @@ def aigc_pipeline():
     build_variants(registered) >> gate_deploy
 
     @task
-    def plan_generation() -> dict:
+    def plan_generation(registered: dict) -> dict:
         from airflow.sdk.exceptions import AirflowFailException
 
         from aigc.generate.prompts import BadPrompts
@@ -280,8 +280,10 @@ def aigc_pipeline():
 
         context, cfg, lake, date = _run_config()
         try:
+            # This run's version, not the `candidate` alias: a concurrent run of another date (a backfill
+            # with --max-active-runs 2) registers its own model and moves the alias meanwhile.
             return plan_run(lake, date, cfg, run_id=dag_run_scoped_id(context, cfg, "generate"),
-                            demo_prompts=context["params"]["synthetic_drop"])
+                            demo_prompts=context["params"]["synthetic_drop"], model_ref=registered["version"])
         except (BadPrompts, VariantNotEligible) as e:  # a retry would find the same: fail now, say why
             raise AirflowFailException(str(e)) from e
 
@@ -311,7 +313,7 @@ def aigc_pipeline():
         context, cfg, lake, _date = _run_config()
         return _announced(context, promote_and_publish(lake, evaluated, cfg))
 
-    plan = plan_generation()
+    plan = plan_generation(registered)
     gate_deploy >> plan
     shards = generate_shard.partial(plan=plan).expand(shard=shards_of(plan))
     finished = finish_generation(plan, shards)

@@ -23,6 +23,16 @@ os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")  # the test S3 server i
 sys.path.insert(0, str(ROOT / "plugins"))  # Airflow puts plugins/ on sys.path; so do the tests
 
 
+LIVE = ("tests/e2e/", "tests/integration/")
+
+
+def pytest_itemcollected(item):
+    """Live deployments and torchrun process groups are marked ``live``: `make test` runs the rest on
+    two xdist workers, then these one at a time (two at once would only fight for the same two cores)."""
+    if item.nodeid.startswith(LIVE):
+        item.add_marker(pytest.mark.live)
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """moto's S3 server on a free loopback port, for the whole session."""

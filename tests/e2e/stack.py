@@ -43,6 +43,11 @@ def published_runs(lake, date: str) -> dict[str, str]:
     return {stage: resolve(lake, partition(stage, dataset, date))["run_id"] for stage, dataset in STAGES}
 
 
+def run_date(run: dict) -> str:
+    """The date a DAG run (as the REST API returns it) is for."""
+    return run["logical_date"][:10]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,7 +117,8 @@ class AirflowStack:
             components[f"celery-worker-{queue}"] = ["celery", "worker", "--queues", queue, "--concurrency", "2",
                                                     "--celery-hostname", f"{queue}@%h"]
         for component, argv in components.items():
-            out = open(self.logs / f"{component}.log", "ab")  # noqa: SIM115 - owned by the child until stop()
+            # A fresh log per deployment: the Celery test counts the tasks each worker received in it.
+            out = open(self.logs / f"{component}.log", "wb")  # noqa: SIM115 - owned by the child until stop()
             self.processes[component] = subprocess.Popen([AIRFLOW, *argv], env=self.env, stdout=out,
                                                          stderr=subprocess.STDOUT, start_new_session=True)
         self.wait_until(lambda: self._http("GET", "/api/v2/monitor/health", auth=False) is not None, timeout,

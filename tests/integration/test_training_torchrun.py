@@ -58,15 +58,19 @@ def test_one_and_two_processes_reach_comparable_validation_loss(curated_lake):
     assert results[2]["imbalance"] <= 0.05 and results[2]["flagged_steps"] == 0
 
 
-def _wait_for_checkpoint(lake, run_id, proc, at_least=20, timeout=120):
+HOLD_AT_20 = {"AIGC_FAULT_HOLD": "train.checkpoint:20"}  # rank 0 stops after its step-20 checkpoint (aigc.faults)
+
+
+def _wait_for_checkpoint(lake, run_id, proc, step=20, timeout=120):
+    """Poll until the run holds at its step-``step`` checkpoint (held there by HOLD_AT_20: no race)."""
     key = join(training_run_prefix("shapes-cvae", DATE, run_id), DIR, LATEST)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert proc.poll() is None, "training ended before it could be killed"
-        if lake.exists(key) and lake.get_json(key)["step"] >= at_least:
-            return lake.get_json(key)["step"]
+        assert proc.poll() is None, "training ended before its fault point"
+        if lake.exists(key) and lake.get_json(key)["step"] == step:
+            return step
         time.sleep(0.2)
-    raise AssertionError(f"no checkpoint at step ≥ {at_least} within {timeout}s")
+    raise AssertionError(f"no checkpoint at step {step} within {timeout}s")
 
 
 def _descendants(proc):
@@ -81,7 +85,7 @@ def test_sigkill_of_the_launcher_leaves_no_worker_and_the_retry_resumes(curated_
     run_id = new_run_id()
     proc = subprocess.Popen([AIGC, "train", "--lake", curated_lake.uri, "--date", DATE, *TINY, *steps,
                              "--run-id", run_id], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **HOLD_AT_20})
     _wait_for_checkpoint(curated_lake, run_id, proc)
     children = _descendants(proc)
     assert len(children) >= 3  # torchrun and its two workers
@@ -92,7 +96,7 @@ def test_sigkill_of_the_launcher_leaves_no_worker_and_the_retry_resumes(curated_
 
     out, resumed = aigc_train(curated_lake.uri, *steps, "--run-id", run_id)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert resumed["resumed_from_step"] >= 20 and "resuming run" in out.stderr
+    assert resumed["resumed_from_step"] == 20 and "resuming run" in out.stderr
     assert resumed["steps"] == uninterrupted["steps"] == 80
     assert metric_steps(curated_lake, run_id) == metric_steps(curated_lake, uninterrupted["run_id"]) == list(range(81))
 
@@ -102,7 +106,7 @@ def test_a_killed_worker_fails_the_run_with_a_clear_message_then_the_retry_resum
     run_id = new_run_id()
     proc = subprocess.Popen([AIGC, "train", "--lake", curated_lake.uri, "--date", DATE, *TINY, *steps,
                              "--run-id", run_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **HOLD_AT_20})
     _wait_for_checkpoint(curated_lake, run_id, proc)
     (torchrun,) = psutil.Process(proc.pid).children()
     workers = torchrun.children()
@@ -115,7 +119,7 @@ def test_a_killed_worker_fails_the_run_with_a_clear_message_then_the_retry_resum
 
     out, resumed = aigc_train(curated_lake.uri, *steps, "--run-id", run_id)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert resumed["resumed_from_step"] >= 20 and resumed["steps"] == 60
+    assert resumed["resumed_from_step"] == 20 and resumed["steps"] == 60
     assert metric_steps(curated_lake, run_id) == list(range(61))
 
 

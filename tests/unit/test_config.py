@@ -143,6 +143,7 @@ def test_smoke_preset_is_the_demo_at_check_size_with_lowered_quality_bars_only()
     assert smoke.override({"raw": {"n": 2_000}, "curated_gate": {"min_rows": 500},
                            "train": {"steps": 1500, "eval_every": 500, "checkpoint_every": 500},
                            "train_gate": {"max_final_val_loss": demo.train_gate.max_final_val_loss},
+                           "deploy": dataclasses.asdict(demo.deploy),
                            "generate": {"prompts": 128},
                            "evaluate": dataclasses.asdict(demo.evaluate),
                            "evaluate_gate": {"min_alignment": demo.evaluate_gate.min_alignment,

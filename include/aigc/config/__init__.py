@@ -87,9 +87,14 @@ def _smoke() -> PipelineConfig:
     return _demo().override(
         {"raw": {"n": 300}, "curated_gate": {"min_rows": 200},
          "train": {"steps": 40, "eval_every": 20, "checkpoint_every": 20}, "train_gate": {"max_final_val_loss": 0.1},
+         # Two variants: the baseline and INT8, whose build goes through the ONNX export and calibration
+         # (every variant kind is built by tests/unit/registry/test_deploy.py); few timed repeats.
+         "deploy": {"variants": "fp32,int8", "smoke_prompts": 8, "calibration_samples": 64, "latency_batch": 16,
+                    "latency_repeats": 2},
          "generate": {"prompts": 24},
          # Fewer evaluation prompts and reference renderings: the figures are wide, and the bars are off.
-         "evaluate": {"eval_prompts": 96, "reference_seeds": 1, "latency_prompts": 16, "latency_rounds": 1},
+         "evaluate": {"eval_prompts": 64, "reference_seeds": 1, "latency_prompts": 8, "latency_rounds": 1,
+                      "checker_images": 128, "review_items": 8},
          "evaluate_gate": {"min_alignment": 0.0, "max_fid": 100.0, "max_regression": 1.0}}
     )
 

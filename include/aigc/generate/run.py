@@ -54,15 +54,19 @@ def generation_prefix(model: str, date: str | dt.date, run_id: str) -> str:
 
 
 def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id: str | None = None,
-                    demo_prompts: bool = False) -> dict:
-    """Check model, variant and prompts; split the prompts into shards. Writes the demo prompt set if asked."""
+                    demo_prompts: bool = False, model_ref: str | None = None) -> dict:
+    """Check model, variant and prompts; split the prompts into shards. Writes the demo prompt set if asked.
+
+    ``model_ref`` (default: the config's, ``candidate``) names the version or alias to generate with; the
+    DAG passes the version its own run registered, since another date's run may move the alias meanwhile."""
     from aigc.registry import Registry
 
     date, g = parse_date(date), cfg.generate
-    record = Registry(lake, cfg.model.name).get(g.model_ref)
+    ref = model_ref or g.model_ref
+    record = Registry(lake, cfg.model.name).get(ref)
     eligible = (record.get("smoke_test") or {}).get("eligible_variants") or []
     if g.variant not in eligible:
-        raise VariantNotEligible(f"{cfg.model.name} {record['version']} ({g.model_ref}): variant {g.variant!r} has "
+        raise VariantNotEligible(f"{cfg.model.name} {record['version']} ({ref}): variant {g.variant!r} has "
                                  f"not passed gate 3; eligible variants: {eligible or 'none (run aigc deploy)'}")
     run_id = run_id or new_run_id()
     key = prompts_key(cfg.prepare.dataset, date)

@@ -50,11 +50,14 @@ def run_gate(gate: str, tables: list[Table], lake: Lake, prefix: str, *, raise_o
     """Validate ``tables``; store results under ``prefix``; raise GateFailed unless all pass."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")  # no network calls from a gate
     import great_expectations as gx  # heavy (≈3 s): imported when a gate runs, not at DAG parse
+    from great_expectations.data_context.types.base import ProgressBarsConfig
 
     results, failures = {}, []
     with tempfile.TemporaryDirectory(prefix="aigc-gx-") as tmp:
         # A file context is what renders Data Docs; it lives only as long as this gate.
         ctx = gx.get_context(mode="file", project_root_dir=tmp)
+        # Without this every validation draws tqdm bars on stderr, which Airflow logs as errors.
+        ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         source = ctx.data_sources.add_pandas(gate)
         for table in tables:
             batch = source.add_dataframe_asset(table.name).add_batch_definition_whole_dataframe("all")

@@ -16,6 +16,7 @@ import time
 import numpy as np
 import torch
 
+from aigc import faults
 from aigc.config import PipelineConfig
 from aigc.lake import Lake
 from aigc.lake.keys import parse_date
@@ -199,6 +200,8 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
                 raise FloatingPointError(f"training loss became {loss} at step {step}; last checkpoint kept")
             if step % t.checkpoint_every == 0 or step == t.steps:
                 checkpoint(step)
+                if ctx.is_main:
+                    faults.point("train.checkpoint", step)
     finally:
         if batches:
             batches.close()

@@ -82,6 +82,21 @@ def test_a_variant_that_did_not_pass_gate_3_is_refused(deployed_lake):
         gen_run.plan_generation(deployed_lake, DATE, config(variant="bf16"), demo_prompts=True)
 
 
+def test_a_plan_for_a_named_version_ignores_the_alias_another_run_moved(deployed_lake):
+    """As in a backfill of two dates at once: the other date registers v0002 (not yet through gate 3)
+    and moves `candidate` while this run plans generation for the v0001 it registered."""
+    from aigc.registry import Registry
+
+    registry = Registry(deployed_lake, "shapes-cvae")
+    version, _prefix = registry.claim_next()
+    registry.complete(version, {"variants": {}})
+    registry.move("candidate", version, reason="the other date's run")
+    with pytest.raises(gen_run.VariantNotEligible, match=rf"{version} \(candidate\)"):
+        gen_run.plan_generation(deployed_lake, DATE, config(), demo_prompts=True)
+    plan = gen_run.plan_generation(deployed_lake, DATE, config(), demo_prompts=True, model_ref="v0001")
+    assert plan["version"] == "v0001"
+
+
 def test_bad_prompt_files_name_the_problem(deployed_lake):
     cfg = config()
     key = prompts_key("shapes", DATE)

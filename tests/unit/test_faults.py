@@ -1,0 +1,30 @@
+"""Fault points: nothing unless named; when named, the process holds there until it is killed."""
+
+import os
+import signal
+import subprocess
+import sys
+
+from aigc import faults
+
+HOLDING = "import logging; logging.basicConfig(); from aigc import faults; faults.point('train.checkpoint', 20)"
+
+
+def test_a_point_not_named_is_a_no_op(monkeypatch):
+    monkeypatch.setenv(faults.HOLD, "train.checkpoint:40")
+    faults.point("train.checkpoint", 20)  # returns: another step is named
+    monkeypatch.delenv(faults.HOLD)
+    faults.point("train.checkpoint", 40)  # returns: nothing is named
+
+
+def test_a_named_point_holds_the_process_until_it_is_killed():
+    proc = subprocess.Popen([sys.executable, "-c", HOLDING], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, faults.HOLD: "train.checkpoint:20"})
+    try:
+        line = proc.stderr.readline()  # written just before it blocks: no race
+        assert "fault point train.checkpoint:20 reached: holding until killed" in line
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
