@@ -5,7 +5,7 @@ VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 DEMO_DATE ?= $(shell date -u -d yesterday +%F)
 # pytest-xdist workers for `make test`'s first pass (all but the live tests, tests/conftest.py);
-# the live deployments and torchrun groups then run one at a time. Exit code 5 is "no test selected".
+# the live deployments and torchrun groups then run one at a time.
 TEST_WORKERS ?= 2
 # `airflow standalone` starts its components as `airflow …` subprocesses: the venv must be on PATH.
 export PATH := $(BIN):$(PATH)
@@ -70,6 +70,7 @@ system-deps:
 		&& (apt-get update -qq && apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null) \
 		|| echo "note: could not install $(SYSTEM_PACKAGES); the tests that need them will skip")
 
+# Each pass accepts pytest's exit code 5 ("no test selected"): PYTEST_ARGS may name only one kind.
 test: install system-deps
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not live" --durations=25 $(PYTEST_ARGS) || [ $$? = 5 ]
 	$(BIN)/python -m pytest -q -m live --durations=25 $(PYTEST_ARGS) || [ $$? = 5 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,12 +32,15 @@ def curated_template(tmp_path_factory):
     return root
 
 
+def copy_of(template: Path, dest: Path) -> LocalLake:
+    """A lake of one's own: a copy of a session template (tests may write; the template stays as made)."""
+    shutil.copytree(template, dest)
+    return LocalLake(dest)
+
+
 @pytest.fixture
 def curated_lake(curated_template, tmp_path):
-    import shutil
-
-    shutil.copytree(curated_template, tmp_path / "lake")
-    return LocalLake(tmp_path / "lake")
+    return copy_of(curated_template, tmp_path / "lake")
 
 
 def tiny_config(**train) -> PipelineConfig:
@@ -50,8 +54,6 @@ def tiny_config(**train) -> PipelineConfig:
 @pytest.fixture(scope="session")
 def trained_template(curated_template, tmp_path_factory):
     """A lake with a published (gated) training run of a tiny model, made once per session."""
-    import shutil
-
     import torch
 
     from aigc.quality.training import publish_trained
@@ -59,8 +61,7 @@ def trained_template(curated_template, tmp_path_factory):
     from aigc.train.loop import train_rank
 
     root = tmp_path_factory.mktemp("trained-template") / "lake"
-    shutil.copytree(curated_template, root)
-    lake = LocalLake(root)
+    lake = copy_of(curated_template, root)
     solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
     cfg = tiny_config(steps=30, eval_every=30, checkpoint_every=30)
     summary = train_rank(lake, DATE, cfg, "20261120T000000000000Z-model1", solo)
@@ -70,25 +71,19 @@ def trained_template(curated_template, tmp_path_factory):
 
 @pytest.fixture
 def trained_lake(trained_template, tmp_path):
-    import shutil
-
-    shutil.copytree(trained_template, tmp_path / "trained")
-    return LocalLake(tmp_path / "trained")
+    return copy_of(trained_template, tmp_path / "trained")
 
 
 @pytest.fixture(scope="session")
 def deployed_template(trained_template, tmp_path_factory):
     """A lake with a registered version, fp32 and bf16 variants, gate 3 passed with only fp32 eligible:
     made once per session; tests copy it (deployed_lake)."""
-    import shutil
-
     from aigc.config import DeployConfig, DeployGateThresholds
     from aigc.quality.deploy import smoke_test
     from aigc.registry.deploy import build_variants, register_trained
 
     root = tmp_path_factory.mktemp("deployed-template") / "lake"
-    shutil.copytree(trained_template, root)
-    lake = LocalLake(root)
+    lake = copy_of(trained_template, root)
     version = register_trained(lake, "shapes-cvae", DATE)["version"]
     build_variants(lake, "shapes-cvae", version,
                    DeployConfig(variants="fp32,bf16", smoke_prompts=4, latency_batch=4, latency_repeats=1))
@@ -99,10 +94,7 @@ def deployed_template(trained_template, tmp_path_factory):
 @pytest.fixture
 def deployed_lake(deployed_template, tmp_path):
     """A copy of deployed_template for one test."""
-    import shutil
-
-    shutil.copytree(deployed_template, tmp_path / "deployed")
-    return LocalLake(tmp_path / "deployed")
+    return copy_of(deployed_template, tmp_path / "deployed")
 
 
 DEMO_MODEL = Path(__file__).resolve().parent / "fixtures" / "demo_model"

@@ -107,7 +107,7 @@ def test_the_pipeline_runs_on_celery_workers_with_gpu_tasks_on_the_gpu_queue(cel
     ran_on_gpu = sum(1 for t in tis if t["task_id"] in GPU_TASKS and t["state"] == "success")
     assert received["gpu"] == ran_on_gpu == 3, received
     assert received["default"] >= len(queues) - 2, received
-    date = next(r for r in celery_stack.runs() if r["dag_run_id"] == run_id)["logical_date"][:10]
+    date = run_date(next(r for r in celery_stack.runs() if r["dag_run_id"] == run_id))
     lake = open_lake(celery_stack.lake_uri)
     assert set(published_runs(lake, date)) == {"curated", "training", "generations", "evaluations"}
     assert lake.list("leases") == []

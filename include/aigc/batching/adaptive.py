@@ -79,11 +79,12 @@ class AdaptiveBatcher:
                  max_retries: int = 8, backoff_s: float = 0.05, backoff_max_s: float = 2.0, jitter: float = 0.5,
                  tolerance: float = 0.03, learned: dict[int, int] | None = None,
                  measure_peak: Callable[[], float | None] | None = None,
-                 sleep: Callable[[float], None] = time.sleep, seed: int = 0):
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.perf_counter,
+                 seed: int = 0):
         self.run, self.lengths, self.model, self.budget_bytes = run, list(lengths), model, budget_bytes
         self.grow, self.shrink, self.max_batch, self.max_retries = grow, shrink, max_batch, max_retries
         self.backoff_s, self.backoff_max_s, self.jitter, self.tolerance = backoff_s, backoff_max_s, jitter, tolerance
-        self.measure_peak, self.sleep, self.rng = measure_peak, sleep, random.Random(seed)
+        self.measure_peak, self.sleep, self.clock, self.rng = measure_peak, sleep, clock, random.Random(seed)
         self.buckets = {b: _Bucket(size=s) for b, s in (learned or {}).items()}
 
     def _ceiling(self, lengths: list[int]) -> int:
@@ -93,7 +94,7 @@ class AdaptiveBatcher:
         indices = list(range(len(self.lengths))) if indices is None else list(indices)
         results: dict[int, object] = {}
         report = BatchReport()
-        started = time.perf_counter()
+        started = self.clock()
         by_bucket: dict[int, list[int]] = {}
         for i in sorted(indices, key=lambda i: (-self.lengths[i], i)):  # longest first: padding stays small
             by_bucket.setdefault(bucket_of(self.lengths[i]), []).append(i)
@@ -103,7 +104,7 @@ class AdaptiveBatcher:
         missing = set(indices) - set(results)
         if missing:  # cannot happen unless run() misbehaves: say so rather than return holes
             raise RuntimeError(f"{len(missing)} item(s) were never answered, e.g. {sorted(missing)[:5]}")
-        report.items, report.seconds = len(indices), time.perf_counter() - started
+        report.items, report.seconds = len(indices), self.clock() - started
         report.learned = {k: (b.best_size or b.size) for k, b in self.buckets.items()}
         report.prediction_error = self.model.mean_relative_error
         return [results[i] for i in indices], report
@@ -115,7 +116,7 @@ class AdaptiveBatcher:
             size = max(1, min(state.size, ceiling, len(pending) - position))
             batch = pending[position:position + size]
             lengths = [self.lengths[i] for i in batch]
-            t0 = time.perf_counter()
+            t0 = self.clock()
             try:
                 rows = self.run(batch)
             except BaseException as e:
@@ -152,7 +153,7 @@ class AdaptiveBatcher:
             peak = self.measure_peak() if self.measure_peak else None
             if peak:
                 self.model.observe(lengths, peak)
-            self._adapt(state, size, size / max(time.perf_counter() - t0, 1e-9))
+            self._adapt(state, size, size / max(self.clock() - t0, 1e-9))
 
     def _adapt(self, state: _Bucket, size: int, rate: float) -> None:
         """Hill-climb on measured items/s: grow while it improves, settle on the best size when it does not."""

@@ -94,7 +94,7 @@ def _smoke() -> PipelineConfig:
          "generate": {"prompts": 24},
          # Fewer evaluation prompts and reference renderings: the figures are wide, and the bars are off.
          "evaluate": {"eval_prompts": 64, "reference_seeds": 1, "latency_prompts": 8, "latency_rounds": 1,
-                      "checker_images": 128, "review_items": 8},
+                      "review_items": 8},
          "evaluate_gate": {"min_alignment": 0.0, "max_fid": 100.0, "max_regression": 1.0}}
     )
 

@@ -17,14 +17,23 @@ def long_tailed_lengths(n=400, seed=0):
     return [min(512, int(8 + rng.paretovariate(1.3) * 8)) for _ in range(n)]
 
 
-def echo_runner(lengths, accountant, calls, overhead_s=0.0):
-    """``overhead_s`` per call makes bigger batches reliably faster per item (as a real launch cost does),
-    so growth is driven by throughput, not by timer noise."""
-    import time
+class FakeClock:
+    """The batcher's clock in these tests: time moves only when a simulated batch says it took some."""
 
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def echo_runner(lengths, accountant, calls, clock=None, overhead_s=0.0, per_item_s=1e-5):
+    """On ``clock``, each call costs ``overhead_s`` plus ``per_item_s`` an item: a launch cost makes bigger
+    batches faster per item, so growth is driven by throughput, exactly, not by timer noise."""
     def run(batch):
         accountant.check([lengths[i] for i in batch])
-        time.sleep(overhead_s)
+        if clock is not None:
+            clock.now += overhead_s + per_item_s * len(batch)
         calls.append(list(batch))
         return [f"out-{i}" for i in batch]
     return run
@@ -49,9 +58,10 @@ def test_injected_oom_at_a_rate_loses_and_repeats_nothing_and_the_size_recovers(
     lengths = long_tailed_lengths()
     truth = MemoryModel(width=WIDTH)
     accountant = SimulatedOOM(truth=truth, rate=0.2, seed=3)
-    calls, sleeps = [], []
-    batcher = AdaptiveBatcher(echo_runner(lengths, accountant, calls), lengths, MemoryModel(width=WIDTH),
-                              lambda: 1e12, max_batch=64, sleep=sleeps.append, seed=1)
+    calls, sleeps, clock = [], [], FakeClock()
+    batcher = AdaptiveBatcher(echo_runner(lengths, accountant, calls, clock, overhead_s=0.002), lengths,
+                              MemoryModel(width=WIDTH), lambda: 1e12, max_batch=64, sleep=sleeps.append, seed=1,
+                              clock=clock)
     results, report = batcher()
     assert results == [f"out-{i}" for i in range(len(lengths))]  # every item, in input order
     answered = [i for batch in calls for i in batch]
@@ -69,8 +79,9 @@ def test_a_too_small_budget_shrinks_batches_until_they_fit_then_learns():
     accountant = SimulatedOOM(truth=truth, capacity_bytes=capacity)
     calls = []
     model = MemoryModel(width=WIDTH)
-    batcher = AdaptiveBatcher(echo_runner(lengths, accountant, calls, overhead_s=0.002), lengths, model,
-                              lambda: capacity, max_batch=64, sleep=lambda s: None)
+    clock = FakeClock()
+    batcher = AdaptiveBatcher(echo_runner(lengths, accountant, calls, clock, overhead_s=0.002), lengths, model,
+                              lambda: capacity, max_batch=64, sleep=lambda s: None, clock=clock)
     results, report = batcher()
     assert len(results) == 200 and sorted(i for c in calls for i in c) == list(range(200))
     assert all(len(c) <= 10 for c in calls)  # no successful batch exceeded the real capacity
@@ -88,20 +99,21 @@ def test_an_item_that_cannot_fit_alone_is_named():
 
 
 def test_growth_stops_where_throughput_stops_improving_and_is_kept_for_the_next_shard():
-    import time
-
     lengths = [16] * 600
+    clock = FakeClock()
 
     def run(batch):  # per-item cost falls until batch 8, then rises: the best size is 8
-        time.sleep(0.0004 * len(batch) * (1 + abs(len(batch) - 8) / 4))
+        clock.now += 0.0004 * len(batch) * (1 + abs(len(batch) - 8) / 4)
         return batch
 
-    batcher = AdaptiveBatcher(run, lengths, MemoryModel(width=WIDTH), lambda: 1e12, max_batch=64, tolerance=0.05)
+    batcher = AdaptiveBatcher(run, lengths, MemoryModel(width=WIDTH), lambda: 1e12, max_batch=64, tolerance=0.05,
+                              clock=clock)
     _, report = batcher()
     learned = report.learned[16]
     assert 5 <= learned <= 12, report.sizes
     assert max(report.sizes) < 64  # it never ran to the memory ceiling
-    second = AdaptiveBatcher(run, lengths[:50], MemoryModel(width=WIDTH), lambda: 1e12, learned=report.learned)
+    second = AdaptiveBatcher(run, lengths[:50], MemoryModel(width=WIDTH), lambda: 1e12, learned=report.learned,
+                             clock=clock)
     _, again = second()
     assert again.sizes[0] == learned  # the next shard starts where this one settled
 

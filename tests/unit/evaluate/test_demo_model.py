@@ -2,7 +2,6 @@
 recommendation does not depend on the evaluation seed, and the model clears gate 5's alignment check."""
 
 import random
-import shutil
 
 import numpy as np
 
@@ -10,14 +9,13 @@ from aigc.config import preset
 from aigc.evaluate.grid import measure_grid
 from aigc.evaluate.metrics import assess, recommend
 from aigc.evaluate.reference import evaluation_prompts
-from aigc.lake import LocalLake
 from aigc.registry import Registry
 from aigc.shapes import random_scene, render
+from tests.training_fixtures import copy_of
 
 
 def test_the_recommendation_is_the_same_for_two_evaluation_seeds(demo_model_template, tmp_path):
-    shutil.copytree(demo_model_template, tmp_path / "lake")
-    lake = LocalLake(tmp_path / "lake")
+    lake = copy_of(demo_model_template, tmp_path / "lake")
     cfg = preset("demo")
     e = cfg.evaluate
     record = Registry(lake, "shapes-cvae").get("v0001")
