@@ -4,8 +4,8 @@ PYTHON ?= python3.11
 VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 DEMO_DATE ?= $(shell date -u -d yesterday +%F)
-# pytest-xdist workers for `make test`'s first pass (all but the live tests, tests/conftest.py);
-# the live deployments and torchrun groups then run one at a time.
+# pytest-xdist workers for `make test`: one runs the live Airflow deployments, one at a time, while
+# the other takes every other test (tests/conftest.py says how the work is split).
 TEST_WORKERS ?= 2
 # `airflow standalone` starts its components as `airflow …` subprocesses: the venv must be on PATH.
 export PATH := $(BIN):$(PATH)
@@ -70,10 +70,8 @@ system-deps:
 		&& (apt-get update -qq && apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null) \
 		|| echo "note: could not install $(SYSTEM_PACKAGES); the tests that need them will skip")
 
-# Each pass accepts pytest's exit code 5 ("no test selected"): PYTEST_ARGS may name only one kind.
 test: install system-deps
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not live" --durations=25 $(PYTEST_ARGS) || [ $$? = 5 ]
-	$(BIN)/python -m pytest -q -m live --durations=25 $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
 
 airflow: install
 	@echo "Airflow UI: http://127.0.0.1:$(AIRFLOW__API__PORT)  (login: admin, password in $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated)"

@@ -23,14 +23,29 @@ os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")  # the test S3 server i
 sys.path.insert(0, str(ROOT / "plugins"))  # Airflow puts plugins/ on sys.path; so do the tests
 
 
-LIVE = ("tests/e2e/", "tests/integration/")
+LIVE = ("tests/e2e/",)
 
 
 def pytest_itemcollected(item):
-    """Live deployments and torchrun process groups are marked ``live``: `make test` runs the rest on
-    two xdist workers, then these one at a time (two at once would only fight for the same two cores)."""
+    """Tests of live Airflow deployments (scheduler, api-server, workers: long-lived processes that poll)
+    are marked ``live``, so that ``-m live`` / ``-m "not live"`` pick them out."""
     if item.nodeid.startswith(LIVE):
         item.add_marker(pytest.mark.live)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under xdist (`make test`: ``-n 2``), the live tests are one unit of work, sent first to one worker
+    and run there in order, one deployment at a time (two at once would only fight for the same two
+    cores); every other test is a unit of its own, so the other worker, and this one once the live tests
+    are done, take the rest as they free up. The live tests use about one core, the rest the other."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LiveTestsOnOneWorker(LoadScopeScheduling):
+        # xdist sends the units with the most tests first: "live" (4 tests) before every single test.
+        def _split_scope(self, nodeid: str) -> str:
+            return "live" if nodeid.startswith(LIVE) else nodeid
+
+    return LiveTestsOnOneWorker(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.stack import AirflowStack
+from tests.e2e.stack import SMOKE_CONF, AirflowStack
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,11 @@ def local_stack(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def primed_run(local_stack):
-    """The first run of the deployment, triggered through the REST API; (run id, final state)."""
-    run_id = local_stack.prime()
-    return run_id, local_stack.wait_for_runs([run_id])[run_id]
+def api_run(local_stack):
+    """A run of today triggered through the REST API (no logical date, as a user's script would), returned
+    once it holds the date's lease: its run id. The browser test triggers a run of the same date from the
+    form while it holds it."""
+    run_id = local_stack.trigger(SMOKE_CONF, logical_date=None)
+    local_stack.wait_until(lambda: local_stack.task_state(run_id, "claim_partition") == "success", 600,
+                           "the API run to take its date's lease")
+    return run_id

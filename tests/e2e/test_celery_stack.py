@@ -86,75 +86,86 @@ def celery_stack(tmp_path_factory):
         admin.close()
 
 
+DATES = ["2026-11-01", "2026-11-02"]  # a range, then one date redone while the other stays
+
+
+def backfill(stack: AirflowStack, behavior: str, first: str, last: str) -> dict:
+    """`airflow backfill create` over [first, last] with ``behavior``; the backfill as the REST API shows it.
+
+    The CLI makes the backfill's runs before it returns; the caller waits for them (wait_for_runs).
+    Airflow allows one unfinished backfill per DAG, and the scheduler marks a backfill complete only
+    every 30 s after its runs end: the previous one is waited for here, just before it matters."""
+    def backfills() -> list[dict]:
+        return stack.api("GET", f"/api/v2/backfills?dag_id={DAG_ID}")["backfills"]
+
+    stack.wait_until(lambda: all(b["completed_at"] for b in backfills()), 120,
+                     "the previous backfill to be marked complete", interval=2)
+    before = {b["id"] for b in backfills()}
+    stack.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", first, "--to-date", last,
+              "--reprocess-behavior", behavior, "--max-active-runs", "2", "--dag-run-conf", json.dumps(SMOKE_CONF))
+    (new,) = [b for b in backfills() if b["id"] not in before]
+    return new
+
+
+def backfill_runs(stack: AirflowStack) -> dict[str, dict]:
+    """date → the latest backfill run of it."""
+    return {run_date(r): r for r in stack.runs() if r["run_type"] == "backfill"}
+
+
 @pytest.fixture(scope="module")
-def celery_run(celery_stack):
-    """The first run of the deployment, triggered through the REST API; its run id (asserted a success)."""
-    run_id = celery_stack.prime()
-    assert celery_stack.wait_for_runs([run_id])[run_id] == "success", f"logs in {celery_stack.logs}"
-    return run_id
+def backfilled(celery_stack):
+    """A backfill of DATES, two runs at once (--max-active-runs 2): date → its run (asserted a success)."""
+    backfill(celery_stack, "none", DATES[0], DATES[-1])
+    runs = backfill_runs(celery_stack)
+    assert sorted(runs) == DATES
+    states = celery_stack.wait_for_runs([r["dag_run_id"] for r in runs.values()], timeout=1200)
+    assert set(states.values()) == {"success"}, f"{states}; logs in {celery_stack.logs}"
+    return runs
 
 
-def test_the_pipeline_runs_on_celery_workers_with_gpu_tasks_on_the_gpu_queue(celery_stack, celery_run):
-    run_id = celery_run
-    tis = celery_stack.task_instances(run_id)
+def test_the_pipeline_runs_on_celery_workers_with_gpu_tasks_on_the_gpu_queue(celery_stack, backfilled):
+    tis = [t for r in backfilled.values() for t in celery_stack.task_instances(r["dag_run_id"])]
     queues = {t["task_id"]: t["queue"] for t in tis if t["state"] == "success"}
     assert {q for task, q in queues.items() if task in GPU_TASKS} == {"gpu"}
     assert {q for task, q in queues.items() if task not in GPU_TASKS} == {"default"}
-    # Only the gpu worker listens on "gpu": it ran training and both shards, the other worker the rest.
+    # Only the gpu worker listens on "gpu": it ran training and both shards of each run, the other the rest.
     received = {queue: len(re.findall(r"Task .*execute_workload.* received",
                                       (celery_stack.logs / f"celery-worker-{queue}.log").read_text()))
                 for queue in ("default", "gpu")}
     ran_on_gpu = sum(1 for t in tis if t["task_id"] in GPU_TASKS and t["state"] == "success")
-    assert received["gpu"] == ran_on_gpu == 3, received
-    assert received["default"] >= len(queues) - 2, received
-    date = run_date(next(r for r in celery_stack.runs() if r["dag_run_id"] == run_id))
+    assert received["gpu"] == ran_on_gpu == 3 * len(DATES), received
+    assert received["default"] >= sum(1 for t in tis if t["state"] == "success") - ran_on_gpu, received
     lake = open_lake(celery_stack.lake_uri)
-    assert set(published_runs(lake, date)) == {"curated", "training", "generations", "evaluations"}
+    for date in DATES:
+        assert set(published_runs(lake, date)) == {"curated", "training", "generations", "evaluations"}
     assert lake.list("leases") == []
 
 
-def test_backfill_makes_one_partition_per_date_under_every_reprocess_behavior(celery_stack, celery_run):
-    dates = ["2026-11-01", "2026-11-02"]  # two: a range, and one date redone while the other stays
+def test_backfill_makes_one_partition_per_date_under_every_reprocess_behavior(celery_stack, backfilled):
     lake = open_lake(celery_stack.lake_uri)
-
-    def backfill(behavior: str, first: str, last: str) -> dict:
-        def backfills() -> list[dict]:
-            return celery_stack.api("GET", f"/api/v2/backfills?dag_id={DAG_ID}")["backfills"]
-
-        before = {b["id"] for b in backfills()}
-        celery_stack.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", first, "--to-date", last,
-                         "--reprocess-behavior", behavior, "--max-active-runs", "2",
-                         "--dag-run-conf", json.dumps(SMOKE_CONF))
-        (new,) = [b for b in backfills() if b["id"] not in before]
-        return celery_stack.wait_until(
-            lambda: (b := celery_stack.api("GET", f"/api/v2/backfills/{new['id']}"))["completed_at"] and b,
-            1200, f"backfill {new['id']} to complete", interval=5)
-
-    def backfill_runs() -> dict[str, dict]:
-        return {run_date(r): r for r in celery_stack.runs() if r["run_type"] == "backfill"}
-
-    backfill("none", dates[0], dates[-1])
-    runs = backfill_runs()
-    assert sorted(runs) == dates and {r["state"] for r in runs.values()} == {"success"}
-    first = {d: published_runs(lake, d) for d in dates}
-    for d in dates:  # exactly one run folder per stage and date: nothing appended
+    runs = backfilled
+    first = {d: published_runs(lake, d) for d in DATES}
+    for d in DATES:  # exactly one run folder per stage and date: nothing appended
         assert [k for k in lake.list(f"curated/shapes/dt={d}") if k.endswith("_manifest.json")] == [
             f"curated/shapes/dt={d}/run={first[d]['curated']}/_manifest.json"]
 
-    # Nothing to redo: `none` skips dates that have runs, `failed` finds no failed ones.
+    # Nothing to redo: `none` skips dates that have runs, `failed` finds no failed ones; no run is made.
     for behavior in ("none", "failed"):
-        backfill(behavior, dates[0], dates[-1])
-        assert {d: r["dag_run_id"] for d, r in backfill_runs().items()} == {d: runs[d]["dag_run_id"] for d in dates}
-        assert {d: published_runs(lake, d) for d in dates} == first
+        backfill(celery_stack, behavior, DATES[0], DATES[-1])
+        assert {d: r["dag_run_id"] for d, r in backfill_runs(celery_stack).items()} == {
+            d: runs[d]["dag_run_id"] for d in DATES}
+        assert {r["state"] for r in celery_stack.runs()} == {"success"}
+    assert {d: published_runs(lake, d) for d in DATES} == first
 
     # `completed` redoes a date: its partitions are replaced whole, the other dates untouched.
-    backfill("completed", dates[-1], dates[-1])
-    assert backfill_runs()[dates[-1]]["state"] == "success"
-    again = {d: published_runs(lake, d) for d in dates}
-    assert again[dates[0]] == first[dates[0]]
+    backfill(celery_stack, "completed", DATES[-1], DATES[-1])
+    redo = backfill_runs(celery_stack)[DATES[-1]]["dag_run_id"]
+    assert celery_stack.wait_for_runs([redo], timeout=1200)[redo] == "success"
+    again = {d: published_runs(lake, d) for d in DATES}
+    assert again[DATES[0]] == first[DATES[0]]
     for stage, dataset in STAGES:
-        pointer = resolve(lake, partition(stage, dataset, dates[-1]))
-        assert pointer["run_id"] != first[dates[-1]][stage] and pointer["previous_run_id"] == first[dates[-1]][stage]
-    manifest = lake.get_json(f"curated/shapes/dt={dates[-1]}/run={again[dates[-1]]['curated']}/_manifest.json")
+        pointer = resolve(lake, partition(stage, dataset, DATES[-1]))
+        assert pointer["run_id"] != first[DATES[-1]][stage] and pointer["previous_run_id"] == first[DATES[-1]][stage]
+    manifest = lake.get_json(f"curated/shapes/dt={DATES[-1]}/run={again[DATES[-1]]['curated']}/_manifest.json")
     assert manifest["input_records"] == 300  # the same drop, prepared again: not appended to the first
     assert lake.list("leases") == []

@@ -64,8 +64,8 @@ def assert_published(lake, date):
 CONF = {"preset": "smoke"}
 
 
-def assert_model_published(lake, date):
-    """Stage 2: a gated training run, handed to stage 3 through its published pointer."""
+def assert_model_published(lake, date, prompts):
+    """Stage 2: a gated training run, handed to stage 3 through its published pointer; then stages 3-5."""
     pointer = resolve(lake, partition("training", "shapes-cvae", date))
     summary = lake.get_json(f"{pointer['run_prefix']}/_SUMMARY.json")
     assert summary["steps"] == 40 and summary["world_size"] == 2
@@ -81,11 +81,15 @@ def assert_model_published(lake, date):
     assert record["training_run"].endswith(pointer["run_prefix"])
     assert set(record["variants"]) == {"fp32", "int8"}
     assert record["smoke_test"]["passed"] and "fp32" in record["smoke_test"]["eligible_variants"]
-    # Stage 4: two mapped shards, every demo prompt answered once, the blocked ones refused.
+    # Stage 4: two mapped shards, every one of the producer's prompts answered once, the blocked ones refused.
     generated = resolve(lake, partition("generations", "shapes-cvae", date))
     manifest = lake.get_json(f"{generated['run_prefix']}/_MANIFEST.json")
-    assert len(manifest["shards"]) == 2 and manifest["rows"] == manifest["prompts"] == 24 + 8
-    assert manifest["refused"] == 8 and manifest["generated"] == 24
+    blocked = sum(1 for p in prompts if "gore" in p["prompt"])
+    assert len(manifest["shards"]) == 2 and manifest["rows"] == manifest["prompts"] == len(prompts)
+    assert (manifest["refused"], manifest["generated"]) == (blocked, len(prompts) - blocked)
+    shards = [k for k in lake.list(generated["run_prefix"]) if k.rsplit("/", 1)[-1].startswith("shard-")]
+    answered = lake.read_parquet(shards, columns=["prompt_id"]).column("prompt_id").to_pylist()
+    assert sorted(answered) == sorted(p["prompt_id"] for p in prompts)  # each once, by its own id
     assert lake.get_json(f"quality/generate/dt={date}/run={generated['run_id']}/result.json")["success"]
     assert lake.get_bytes(f"{generated['run_prefix']}/gallery.png").startswith(b"\x89PNG")
     # Stage 5: evaluated, gate 5 passed (lowered bars, see CONF), promoted, report published.
@@ -94,46 +98,42 @@ def assert_model_published(lake, date):
     assert Registry(lake, "shapes-cvae").aliases()["aliases"]["production"] == record["version"]
 
 
-def test_dag_on_s3_through_the_airflow_connection_as_make_demo_shows_it(airflow_env, s3_server):
-    """The whole DAG on S3 (the local-lake runs are tests/e2e/test_local_stack.py and the producer's-drop
-    test below), through `make demo`'s runner and console."""
+def producer_prompts(n: int) -> list[dict]:
+    """A producer's prompt file: ``n`` requests, one in four asking for what the safety filter refuses."""
+    kinds = ["a small red circle on the left", "a large blue square at the top",
+             "a medium green triangle in the center", "a small black square with gore"]
+    return [{"prompt_id": f"req-{i}", "prompt": kinds[i % 4], "seed": i} for i in range(n)]
+
+
+def test_dag_prepares_a_producers_drop_on_s3_through_the_airflow_connection_as_make_demo_shows_it(
+        airflow_env, s3_server):
+    """The whole DAG on S3, on a producer's drop and prompt file, through `make demo`'s runner and console
+    (the synthetic drop's runs are tests/e2e/)."""
+    from aigc.config import RawDropConfig
+    from aigc.prepare import make_raw_drop
+
+    date = "2026-11-25"
     uri = f"s3://{s3_server.bucket}/e2e-{uuid.uuid4().hex[:8]}"
+    lake = open_lake(uri, s3_server.options())
+    make_raw_drop(lake.sub("raw/shapes"), date, RawDropConfig(n=300, seed=5))  # the "producer"
+    prompts = producer_prompts(12)
+    lake.put_bytes(f"prompts/shapes/dt={date}/prompts.jsonl", "".join(json.dumps(p) + "\n" for p in prompts).encode())
+    marker = lake.get_bytes(f"raw/shapes/dt={date}/_SUCCESS")
     env = {**airflow_env, "AIGC_LAKE_URI": uri, "AIRFLOW_CONN_AWS_DEFAULT": s3_server.env()["AIRFLOW_CONN_AWS_DEFAULT"]}
     console = io.StringIO()
-    rc, log = dags_test(env, "2026-11-27", CONF, console=console)
+    rc, log = dags_test(env, date, {**CONF, "synthetic_drop": False}, console=console)
     assert rc == 0, log[-4000:]
     # `make demo`'s console: a line as each task starts and ends, training's progress, the gates' verdicts.
     shown = console.getvalue()
-    for task in ("prepare", "train", "gate_training", "generate_shard[1]", "evaluate", "publish_content"):
+    for task in ("wait_for_drop", "prepare", "train", "gate_training", "generate_shard[1]", "evaluate",
+                 "publish_content"):
         assert f"▶ {task}\n" in shown and f"✔ {task} success (" in shown, (task, shown)
     assert "step 40/40" in shown and "gate evaluation: PASS" in shown
     assert len(shown.splitlines()) < 120  # the few lines a person watches, not the task log
     assert "state=success" in log
-    lake = open_lake(uri, s3_server.options())
-    assert_published(lake, "2026-11-27")
-    assert_model_published(lake, "2026-11-27")  # torchrun's workers got the connection's credentials too
-
-
-def test_dag_prepares_a_producers_drop_once_its_marker_exists(airflow_env, tmp_path):
-    from aigc.config import RawDropConfig
-    from aigc.prepare import make_raw_drop
-
-    lake = open_lake(str(tmp_path / "lake"))
-    make_raw_drop(lake.sub("raw/shapes"), "2026-11-25", RawDropConfig(n=300, seed=5))  # the "producer"
-    prompts = [{"prompt_id": f"req-{i}", "prompt": p, "seed": i} for i, p in enumerate(
-        ["a small red circle on the left", "a large blue square at the top", "a medium green triangle in the center",
-         "a small black square with gore"])]  # the last one must be refused
-    lake.put_bytes("prompts/shapes/dt=2026-11-25/prompts.jsonl",
-                   "".join(json.dumps(p) + "\n" for p in prompts).encode())
-    marker = lake.get_bytes("raw/shapes/dt=2026-11-25/_SUCCESS")
-    env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}
-    rc, log = dags_test(env, "2026-11-25", {**CONF, "synthetic_drop": False})
-    assert rc == 0, log[-4000:]
-    assert lake.get_bytes("raw/shapes/dt=2026-11-25/_SUCCESS") == marker  # prepared as dropped, not regenerated
-    assert_published(lake, "2026-11-25")
-    generated = resolve(lake, partition("generations", "shapes-cvae", "2026-11-25"))
-    manifest = lake.get_json(f"{generated['run_prefix']}/_MANIFEST.json")
-    assert (manifest["rows"], manifest["generated"], manifest["refused"]) == (4, 3, 1)  # the producer's prompts
+    assert lake.get_bytes(f"raw/shapes/dt={date}/_SUCCESS") == marker  # prepared as dropped, not regenerated
+    assert_published(lake, date)
+    assert_model_published(lake, date, prompts)  # torchrun's workers got the connection's credentials too
 
 
 def test_missing_prompts_fail_planning_at_once_with_the_reason(airflow_env, tmp_path):

@@ -92,6 +92,10 @@ def pareto_front(points: list[dict], quality: str, cost: str) -> list[dict]:
     return sorted(front, key=lambda p: p[cost])
 
 
+# Between cost-tied configurations of one size: adaptive first (the same cost, and it survives an OOM).
+POLICY_PREFERENCE = ("adaptive", "batch1")
+
+
 def recommend(points: list[dict], verdicts: dict[str, Sequence[bool]], *, epsilon: float, confidence: float,
               latency_tolerance: float) -> tuple[dict | None, list[dict]]:
     """The cheapest configuration not significantly worse than the best, and every point annotated.
@@ -103,7 +107,9 @@ def recommend(points: list[dict], verdicts: dict[str, Sequence[bool]], *, epsilo
     ``epsilon``: 3 prompts in 128 apart is not a win. Cost gets the same care: an as-good point is
     *beaten* when another is faster by more than ``latency_tolerance`` in every timing round (timing
     noise is one-sided and bursty, so one slow round proves nothing); of the unbeaten, the smallest on
-    disk is recommended. A re-run with another seed, or on a busier host, recommends the same.
+    disk is recommended, and between two of one size a fixed order decides (the adaptive policy first:
+    it also backs off on OOM), never their measured latencies, which the unbeaten are tied on by
+    definition. A re-run with another seed, or on a busier host, recommends the same.
     """
     scored = [p for p in points if p.get("alignment") is not None]
     if not scored:
@@ -127,5 +133,5 @@ def recommend(points: list[dict], verdicts: dict[str, Sequence[bool]], *, epsilo
     for p in annotated:
         p["cost_tie"] = p["as_good"] and not any(beats(q, p) for q in good)
     chosen = min((p for p in annotated if p["cost_tie"]),
-                 key=lambda p: (p.get("size_bytes") or 0, p["latency_ms"], p["variant"], p["policy"]))
+                 key=lambda p: (p.get("size_bytes") or 0, POLICY_PREFERENCE.index(p["policy"]), p["variant"]))
     return chosen, annotated
