@@ -1,17 +1,30 @@
-"""AdaptiveBatcher: run items in batches that grow while they pay and shrink when memory runs out.
+"""AdaptiveBatcher: find the fastest batch size by measurement, under a memory ceiling, answering every item once.
 
-Per length bucket (lengths rounded up to a power of two) it keeps a batch size that
+Items are grouped into buckets by what drives their cost (``bucket_of(length)``; a caller whose
+items all cost the same gives them one length, so they share one learned size). Per bucket:
 
-* starts from the learned size of an earlier shard, else 1, and never exceeds what the memory
-  model predicts fits the budget (memory is a ceiling, not a target);
-* grows ×``grow`` after a success while measured items/s improves, and settles on the best
-  size once it stops improving (bigger batches are not always faster on a CPU);
-* on out-of-memory shrinks ×``shrink``, tells the memory model the batch did not fit, waits
-  an exponential backoff with jitter, and retries the same items; at one item that still
-  does not fit it raises ``ItemTooLarge`` naming the item and its estimate.
+* **Start** from the size an earlier shard learned, else from the memory plan (the most items the
+  memory model says fit the budget) capped at ``start_batch`` and at an eighth of the bucket, so
+  there is room to compare before the bucket is spent.
+  A budget smaller than one item's estimate fails at once (``ItemTooLarge``, naming the item, its
+  estimate and the budget).
+* **Explore** geometrically: each size is judged on ``judge_s`` seconds of measured compute, or
+  on ``judge_batches`` batches once they last a fifth of that, so timer noise cannot crown a size. Sizes ×
+  ``grow`` are tried while they pay more than ``tolerance``; when the first step up does not pay,
+  sizes ÷ ``grow`` are tried the same way. The best size measured is kept.
+* **Re-probe**: once settled, every ``reprobe_every`` batches one neighbour (up, then down, in
+  turn) is judged against the best size's latest rate; a neighbour that pays resumes exploring,
+  so a change in load is followed.
+* **Out of memory**: the batch is retried after an exponential backoff with jitter. A size that
+  failed once is retried at the same size (a transient OOM says nothing about capacity); a second
+  failure in a row makes it a ceiling (×``shrink``); the memory model learns from measured peaks
+  (``measure_peak``) only. Ceilings decay after ``ceiling_ttl`` successful batches (the next confirmed one lasts twice
+  as long), so one bad minute does not cap a shard for good. One item that still fails after
+  ``max_retries`` attempts raises ``ItemTooLarge``.
 
-Every item is answered exactly once and results come back in input order; an item is only
-marked done when its batch returned, so nothing is lost or repeated across retries.
+``run(indices)`` should be the compute alone (encode and write outside it, or on a thread): its
+duration is what the batcher climbs on. Every item is answered exactly once and results come
+back in input order; an item is marked done only when its batch returned.
 """
 
 from __future__ import annotations
@@ -47,6 +60,8 @@ class BatchReport:
     batches: int = 0
     ooms: int = 0
     seconds: float = 0.0
+    compute_seconds: float = 0.0
+    """Time inside ``run()`` on batches that returned: what the batcher optimises."""
     sizes: list[int] = field(default_factory=list)
     learned: dict[int, int] = field(default_factory=dict)
     """Bucket → the batch size it settled on; pass it to the next shard's batcher."""
@@ -58,7 +73,8 @@ class BatchReport:
 
     def to_dict(self) -> dict:
         return {"items": self.items, "batches": self.batches, "ooms": self.ooms, "seconds": round(self.seconds, 4),
-                "items_per_s": round(self.items_per_s, 2), "max_batch_used": max(self.sizes, default=0),
+                "compute_seconds": round(self.compute_seconds, 4), "items_per_s": round(self.items_per_s, 2),
+                "max_batch_used": max(self.sizes, default=0),
                 "learned_sizes": {str(k): v for k, v in sorted(self.learned.items())},
                 "memory_prediction_error": self.prediction_error}
 
@@ -68,28 +84,71 @@ class _Bucket:
     size: int
     best_size: int = 0
     best_rate: float = 0.0
-    settled: bool = False
+    direction: int = 1
+    """+1 while trying bigger sizes, -1 smaller, 0 settled on ``best_size``."""
+    start_size: int = 0
+    tried_down: bool = False
+    trial_size: int = 0
+    trial_items: int = 0
+    trial_seconds: float = 0.0
+    trial_batches: int = 0
+    since_probe: int = 0
+    next_probe: int = 1
+    """Direction of the next re-probe: up, then down, in turn."""
+    ceiling: int | None = None
+    ceiling_ttl: int = 0
+    ceiling_left: int = 0
+    strikes: int = 0
+    """Consecutive OOMs at the current size."""
 
 
 class AdaptiveBatcher:
     """``run(indices) → results`` (one per index, in order) over every item, adaptively batched."""
 
     def __init__(self, run: Callable[[list[int]], Sequence], lengths: Sequence[int], model: MemoryModel,
-                 budget_bytes: Callable[[], float], *, grow: float = 1.2, shrink: float = 0.7, max_batch: int = 256,
-                 max_retries: int = 8, backoff_s: float = 0.05, backoff_max_s: float = 2.0, jitter: float = 0.5,
-                 tolerance: float = 0.03, learned: dict[int, int] | None = None,
+                 budget_bytes: Callable[[], float], *, grow: float = 2.0, shrink: float = 0.7,
+                 max_batch: int | None = None, max_retries: int = 8, backoff_s: float = 0.05,
+                 backoff_max_s: float = 2.0, jitter: float = 0.5, tolerance: float = 0.03, judge_s: float = 0.1,
+                 judge_batches: int = 2, start_batch: int = 32, reprobe_every: int = 32, ceiling_ttl: int = 16,
+                 learned: dict[int, int] | None = None,
                  measure_peak: Callable[[], float | None] | None = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.perf_counter,
                  seed: int = 0):
+        if grow <= 1 or not 0 < shrink < 1:
+            raise ValueError(f"grow must be > 1 and shrink in (0, 1), got grow={grow}, shrink={shrink}")
         self.run, self.lengths, self.model, self.budget_bytes = run, list(lengths), model, budget_bytes
-        self.grow, self.shrink, self.max_batch, self.max_retries = grow, shrink, max_batch, max_retries
+        self.grow, self.shrink, self.max_batch, self.max_retries = grow, shrink, max_batch or None, max_retries
         self.backoff_s, self.backoff_max_s, self.jitter, self.tolerance = backoff_s, backoff_max_s, jitter, tolerance
+        self.judge_s, self.judge_batches, self.start_batch = judge_s, judge_batches, start_batch
+        self.reprobe_every, self.ceiling_ttl = reprobe_every, ceiling_ttl
         self.measure_peak, self.sleep, self.clock, self.rng = measure_peak, sleep, clock, random.Random(seed)
-        self.buckets = {b: _Bucket(size=s) for b, s in (learned or {}).items()}
+        self.learned = dict(learned or {})
+        self.buckets: dict[int, _Bucket] = {}
 
-    def _ceiling(self, lengths: list[int]) -> int:
-        return max(1, min(self.max_batch, self.model.max_items(max(lengths), self.budget_bytes())))
+    # -- sizes ------------------------------------------------------------------------------
+    def _memory_cap(self, index: int) -> int:
+        """The most items like ``index`` (the longest of its batch) the memory model says fit the budget."""
+        length, budget = self.lengths[index], self.budget_bytes()
+        fits = self.model.max_items(length, budget)
+        if fits < 1:
+            raise ItemTooLarge(
+                f"item {index} (length {length}) does not fit alone: estimated {self.model.predict([length]):.0f} B "
+                f"against a budget of {budget:.0f} B; raise the budget or shorten the item")
+        return fits if self.max_batch is None else min(fits, self.max_batch)
 
+    def _step(self, size: int, direction: int) -> int:
+        return max(size + 1, math.ceil(size * self.grow)) if direction > 0 else max(1, math.floor(size / self.grow))
+
+    def _start(self, key: int, first: int, count: int) -> _Bucket:
+        if key in self.learned:
+            return _Bucket(size=max(1, self.learned[key]), best_size=self.learned[key], direction=0)
+        size = max(1, min(self._memory_cap(first), math.ceil(count / 8), self.start_batch))
+        return _Bucket(size=size, start_size=size)
+
+    def _allowed(self, state: _Bucket, size: int, cap: int) -> int:
+        return max(1, min(size, cap, state.ceiling or size))
+
+    # -- the loop ---------------------------------------------------------------------------
     def __call__(self, indices: Sequence[int] | None = None) -> tuple[list, BatchReport]:
         indices = list(range(len(self.lengths))) if indices is None else list(indices)
         results: dict[int, object] = {}
@@ -99,23 +158,24 @@ class AdaptiveBatcher:
         for i in sorted(indices, key=lambda i: (-self.lengths[i], i)):  # longest first: padding stays small
             by_bucket.setdefault(bucket_of(self.lengths[i]), []).append(i)
         for key, pending in by_bucket.items():
-            state = self.buckets.setdefault(key, _Bucket(size=1))
-            self._drain(key, state, pending, results, report)
+            state = self.buckets.get(key) or self._start(key, pending[0], len(pending))
+            self.buckets[key] = state
+            self._drain(state, pending, results, report)
         missing = set(indices) - set(results)
         if missing:  # cannot happen unless run() misbehaves: say so rather than return holes
             raise RuntimeError(f"{len(missing)} item(s) were never answered, e.g. {sorted(missing)[:5]}")
         report.items, report.seconds = len(indices), self.clock() - started
-        report.learned = {k: (b.best_size or b.size) for k, b in self.buckets.items()}
+        report.learned = {**self.learned, **{k: (b.best_size or b.size) for k, b in self.buckets.items()}}
         report.prediction_error = self.model.mean_relative_error
         return [results[i] for i in indices], report
 
-    def _drain(self, key: int, state: _Bucket, pending: list[int], results: dict, report: BatchReport) -> None:
+    def _drain(self, state: _Bucket, pending: list[int], results: dict, report: BatchReport) -> None:
         position, failures = 0, 0
         while position < len(pending):
-            ceiling = self._ceiling([self.lengths[i] for i in pending[position:position + state.size]])
-            size = max(1, min(state.size, ceiling, len(pending) - position))
+            cap = self._memory_cap(pending[position])
+            state.size = self._allowed(state, state.size, cap)
+            size = min(state.size, len(pending) - position)
             batch = pending[position:position + size]
-            lengths = [self.lengths[i] for i in batch]
             t0 = self.clock()
             try:
                 rows = self.run(batch)
@@ -124,22 +184,11 @@ class AdaptiveBatcher:
                     raise
                 report.ooms += 1
                 failures += 1
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-                # It did not fit: the true peak is above the budget it was planned for.
-                self.model.observe(lengths, max(self.budget_bytes(), self.model.predict(lengths)) * 1.1)
-                if size == 1 and failures > self.max_retries:
-                    raise ItemTooLarge(
-                        f"item {batch[0]} (length {lengths[0]}) does not fit alone: estimated "
-                        f"{self.model.predict(lengths):.0f} B against a budget of {self.budget_bytes():.0f} B "
-                        f"after {failures} attempts; raise the budget or shorten the item") from e
-                if failures > self.max_retries and size > 1:
-                    failures = 0  # keep shrinking: a smaller batch is a new attempt
-                state.size = max(1, math.floor(size * self.shrink))
-                state.settled = state.settled and state.size >= state.best_size
+                self._on_oom(state, batch, failures, e)
                 delay = min(self.backoff_max_s, self.backoff_s * 2 ** (failures - 1))
                 self.sleep(delay * (1 + self.jitter * self.rng.uniform(-1, 1)))
                 continue
+            seconds = max(self.clock() - t0, 1e-9)
             if len(rows) != len(batch):
                 raise RuntimeError(f"run() returned {len(rows)} results for a batch of {len(batch)}")
             for i, row in zip(batch, rows, strict=True):
@@ -147,21 +196,98 @@ class AdaptiveBatcher:
                     raise RuntimeError(f"item {i} answered twice")
                 results[i] = row
             position += size
-            failures = 0
+            failures, state.strikes = 0, 0
             report.batches += 1
+            report.compute_seconds += seconds
             report.sizes.append(size)
             peak = self.measure_peak() if self.measure_peak else None
             if peak:
-                self.model.observe(lengths, peak)
-            self._adapt(state, size, size / max(self.clock() - t0, 1e-9))
+                self.model.observe([self.lengths[i] for i in batch], peak)
+            self._decay_ceiling(state)
+            if size == state.size:  # a batch cut short by the shard's end or a ceiling is not a judgement
+                self._measure(state, size, seconds, cap)
 
-    def _adapt(self, state: _Bucket, size: int, rate: float) -> None:
-        """Hill-climb on measured items/s: grow while it improves, settle on the best size when it does not."""
-        if rate > state.best_rate * (1 + self.tolerance):
-            state.best_rate, state.best_size = rate, size
-            if not state.settled:
-                state.size = min(self.max_batch, max(size + 1, math.ceil(size * self.grow)))
-        elif size > state.best_size and rate < state.best_rate * (1 - self.tolerance):
-            state.size, state.settled = state.best_size, True  # bigger was slower: go back and stay
-        elif not state.settled:
-            state.size = min(self.max_batch, max(size + 1, math.ceil(size * self.grow)))
+    def _on_oom(self, state: _Bucket, batch: list[int], failures: int, error: BaseException) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # outside the except block the caller's frame no longer pins the tensors
+        size = len(batch)
+        state.strikes += 1
+        if size == 1 and failures > self.max_retries:
+            i = batch[0]
+            raise ItemTooLarge(
+                f"item {i} (length {self.lengths[i]}) does not fit alone: estimated "
+                f"{self.model.predict([self.lengths[i]]):.0f} B against a budget of {self.budget_bytes():.0f} B "
+                f"after {failures} attempts; raise the budget or shorten the item") from error
+        if state.strikes < 2 or size == 1:
+            return  # once may be transient: the same size again, after the backoff
+        # Twice in a row: this size does not fit now. It becomes a ceiling that decays. (The memory model
+        # learns from measured peaks only: an OOM says "more than the budget", not how much, and fed in as
+        # a peak it would cap the bucket for good.)
+        if state.ceiling is None:  # a new episode; one confirmed again after an earlier one decayed lasts twice as long
+            state.ceiling_ttl = state.ceiling_ttl * 2 if state.ceiling_ttl else self.ceiling_ttl
+        state.ceiling = max(1, math.floor(size * self.shrink))
+        state.ceiling_left = state.ceiling_ttl
+        state.size, state.strikes, state.trial_size = state.ceiling, 0, 0
+        if state.best_size > state.ceiling:
+            state.best_size, state.best_rate = state.ceiling, 0.0
+        state.direction = 0 if state.direction > 0 else state.direction
+
+    def _decay_ceiling(self, state: _Bucket) -> None:
+        if state.ceiling is not None:
+            state.ceiling_left -= 1
+            if state.ceiling_left <= 0:
+                state.ceiling = None
+
+    def _measure(self, state: _Bucket, size: int, seconds: float, cap: int) -> None:
+        """Accumulate this size's trial; when it has lasted ``judge_s``, judge it and pick the next size."""
+        if state.trial_size != size:
+            state.trial_size, state.trial_items, state.trial_seconds, state.trial_batches = size, 0, 0.0, 0
+        state.trial_items += size
+        state.trial_seconds += seconds
+        state.trial_batches += 1
+        # Judged on judge_s of compute, or on judge_batches batches once those last a fifth of it:
+        # enough that a timer's jitter cannot crown a size, without spending long on a bad one.
+        if state.trial_seconds < self.judge_s and (state.trial_batches < self.judge_batches
+                                                   or state.trial_seconds < self.judge_s / 5):
+            return
+        rate = state.trial_items / state.trial_seconds
+        state.trial_items, state.trial_seconds, state.trial_batches = 0, 0.0, 0
+        pays = state.best_size == 0 or rate > state.best_rate * (1 + self.tolerance)
+        if state.direction == 0:
+            self._judge_settled(state, size, rate, pays, cap)
+            return
+        if pays:
+            state.best_size, state.best_rate = size, rate
+            nxt = self._allowed(state, self._step(size, state.direction), cap)
+            if nxt != size:
+                state.size = nxt  # keep going while it pays
+                return
+        if state.direction > 0 and state.best_size == state.start_size and not state.tried_down:
+            # The first step up did not pay, or cannot be taken: try smaller sizes the same way.
+            state.tried_down, state.direction = True, -1
+            nxt = self._allowed(state, self._step(state.best_size, -1), cap)
+            if nxt != state.best_size:
+                state.size = nxt
+                return
+        state.direction, state.size = 0, state.best_size
+
+    def _judge_settled(self, state: _Bucket, size: int, rate: float, pays: bool, cap: int) -> None:
+        if size == state.best_size:
+            state.best_rate = rate  # its latest rate: a re-probe is compared with the load of now
+            state.since_probe += 1
+            if state.since_probe >= self.reprobe_every:
+                state.since_probe = 0
+                probe = self._allowed(state, self._step(state.best_size, state.next_probe), cap)
+                if probe != state.best_size:  # (a probe up that a ceiling stops is tried again next time)
+                    state.next_probe = -state.next_probe
+                state.size = probe
+            return
+        if pays:  # a neighbour pays now: explore onwards in its direction
+            state.direction = 1 if size > state.best_size else -1
+            state.best_size, state.best_rate = size, rate
+            nxt = self._allowed(state, self._step(size, state.direction), cap)
+            state.size = nxt
+            if nxt == size:
+                state.direction = 0
+            return
+        state.size = state.best_size

@@ -70,16 +70,19 @@ class BatchingConfig:
     budget_mb: int = 0
     """A fixed budget instead of the probe (0: probe)."""
     safety_margin_mb: int = 256
-    grow: float = 1.2
+    grow: float = 2.0
+    """Factor between the batch sizes tried while exploring and re-probing."""
     shrink: float = 0.7
-    max_batch: int = 256
+    """A size that ran out of memory twice in a row becomes a ceiling at this fraction of it."""
+    max_batch: int = 0
+    """A hard cap on the batch size (0: none; the memory budget and measured throughput decide)."""
     max_retries: int = 8
     """Out-of-memory retries of a single item before it is reported as too large."""
     backoff_s: float = 0.05
     backoff_max_s: float = 2.0
     jitter: float = 0.5
     tolerance: float = 0.03
-    """Relative items/s change that counts as better or worse when growing."""
+    """Relative items/s gain a size must show over the best so far to replace it."""
     oom_rate: float = 0.0
     """Fault injection (tests, benchmarks): raise out-of-memory at this rate."""
 
@@ -87,9 +90,9 @@ class BatchingConfig:
         _check_range(self, "budget_fraction", 0.01, 1.0)
         _check_range(self, "budget_mb", 0, 1 << 30)
         _check_range(self, "safety_margin_mb", 0, 1 << 30)
-        _check_range(self, "grow", 1.0, 10.0)
+        _check_range(self, "grow", 1.05, 10.0)
         _check_range(self, "shrink", 0.01, 0.99)
-        _check_range(self, "max_batch", 1, 1 << 20)
+        _check_range(self, "max_batch", 0, 1 << 20)
         _check_range(self, "max_retries", 0, 1000)
         _check_range(self, "backoff_s", 0.0, 60.0)
         _check_range(self, "backoff_max_s", 0.0, 3600.0)

@@ -49,7 +49,8 @@ def _timed(gen, policy: str, texts: list[str], seeds: list[int], max_batch: int)
         def run(batch: list[int]) -> list:
             return list(gen.generate([texts[i] for i in batch], [seeds[i] for i in batch]).numpy())
 
-        images, _ = AdaptiveBatcher(run, [len(t.split()) for t in texts], MemoryModel(width=256),
+        # Every prompt costs the same to this model (one resolution): one bucket, one learned size.
+        images, _ = AdaptiveBatcher(run, [gen.config.resolution] * len(texts), MemoryModel(width=256),
                                     lambda: 1 << 34, max_batch=max_batch)()
     return (time.perf_counter() - started) * 1000 / len(texts), images
 
