@@ -100,17 +100,15 @@ def deployed_lake(deployed_template, tmp_path):
 DEMO_MODEL = Path(__file__).resolve().parent / "fixtures" / "demo_model"
 
 
-@pytest.fixture(scope="session")
-def demo_model_template(tmp_path_factory):
-    """A lake with the shipped demo-preset model (tests/fixtures/demo_model) registered as v0001, every
-    variant of the demo built and gate 3 passed: a model of demo quality without minutes of training."""
+def install_demo_model(root: Path) -> LocalLake:
+    """A lake at ``root`` with the shipped demo-preset model (tests/fixtures/demo_model) registered as
+    v0001, every variant of the demo built and gate 3 passed (also used by bench/batching_bench.py)."""
     from aigc.config import preset
     from aigc.lake.keys import join, partition
     from aigc.quality.deploy import smoke_test
     from aigc.quality.training import publish_trained
     from aigc.registry.deploy import build_variants, register_trained
 
-    root = tmp_path_factory.mktemp("demo-model") / "lake"
     lake = LocalLake(root)
     summary = json.loads((DEMO_MODEL / "_SUMMARY.json").read_text())
     date, run_id = summary["date"], summary["run_id"]
@@ -123,4 +121,12 @@ def demo_model_template(tmp_path_factory):
     version = register_trained(lake, "shapes-cvae", date)["version"]
     build_variants(lake, "shapes-cvae", version, cfg.deploy)
     smoke_test(lake, "shapes-cvae", version, cfg.deploy_gate, date)
+    return lake
+
+
+@pytest.fixture(scope="session")
+def demo_model_template(tmp_path_factory):
+    """The shipped demo model in a lake (install_demo_model): a model of demo quality without minutes of training."""
+    root = tmp_path_factory.mktemp("demo-model") / "lake"
+    install_demo_model(root)
     return root
