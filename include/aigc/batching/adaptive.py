@@ -5,7 +5,9 @@ items all cost the same gives them one length, so they share one learned size). 
 
 * **Start** from the size an earlier shard learned, else from the memory plan (the most items the
   memory model says fit the budget) capped at ``start_batch`` and at an eighth of the bucket, so
-  there is room to compare before the bucket is spent.
+  there is room to compare before the bucket is spent. Memory is a ceiling throughout; until a
+  measured peak has calibrated the memory model, only ``prior_trust`` (70 %) of the budget is
+  planned on.
   A budget smaller than one item's estimate fails at once (``ItemTooLarge``, naming the item, its
   estimate and the budget).
 * **Explore** geometrically: each size is judged on ``judge_s`` seconds of measured compute, or
@@ -110,7 +112,7 @@ class AdaptiveBatcher:
                  max_batch: int | None = None, max_retries: int = 8, backoff_s: float = 0.05,
                  backoff_max_s: float = 2.0, jitter: float = 0.5, tolerance: float = 0.03, judge_s: float = 0.1,
                  judge_batches: int = 2, start_batch: int = 32, reprobe_every: int = 32, ceiling_ttl: int = 16,
-                 learned: dict[int, int] | None = None,
+                 prior_trust: float = 0.7, learned: dict[int, int] | None = None,
                  measure_peak: Callable[[], float | None] | None = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.perf_counter,
                  seed: int = 0):
@@ -120,6 +122,7 @@ class AdaptiveBatcher:
         self.grow, self.shrink, self.max_batch, self.max_retries = grow, shrink, max_batch or None, max_retries
         self.backoff_s, self.backoff_max_s, self.jitter, self.tolerance = backoff_s, backoff_max_s, jitter, tolerance
         self.judge_s, self.judge_batches, self.start_batch = judge_s, judge_batches, start_batch
+        self.prior_trust = prior_trust
         self.reprobe_every, self.ceiling_ttl = reprobe_every, ceiling_ttl
         self.measure_peak, self.sleep, self.clock, self.rng = measure_peak, sleep, clock, random.Random(seed)
         self.learned = dict(learned or {})
@@ -127,13 +130,21 @@ class AdaptiveBatcher:
 
     # -- sizes ------------------------------------------------------------------------------
     def _memory_cap(self, index: int) -> int:
-        """The most items like ``index`` (the longest of its batch) the memory model says fit the budget."""
+        """The most items like ``index`` (the longest of its batch) the memory model says fit the budget.
+
+        Until a measured peak has calibrated the model, only ``prior_trust`` of the budget is planned
+        on: a prior may be that far off. A single item is always checked against the whole budget."""
         length, budget = self.lengths[index], self.budget_bytes()
+        if self.model.max_items(length, budget) >= 1 and not self.model.calibrated:
+            return max(1, self._capped(self.model.max_items(length, budget * self.prior_trust)))
         fits = self.model.max_items(length, budget)
         if fits < 1:
             raise ItemTooLarge(
                 f"item {index} (length {length}) does not fit alone: estimated {self.model.predict([length]):.0f} B "
                 f"against a budget of {budget:.0f} B; raise the budget or shorten the item")
+        return self._capped(fits)
+
+    def _capped(self, fits: int) -> int:
         return fits if self.max_batch is None else min(fits, self.max_batch)
 
     def _step(self, size: int, direction: int) -> int:

@@ -3,8 +3,9 @@
 The prior is the seeds' shape: ``mem ≈ base + k · b · (d² + L²)`` for a batch of ``b`` items
 padded to the longest length ``L`` in a model of width ``d``. Items describe themselves by
 ``length`` (sequence length, pixels per side × steps, …); ``k`` starts from bytes per element
-and is re-fitted from every measured peak, conservatively (a high quantile of the observed
-ratios, so the model errs towards smaller batches). Its relative prediction error is kept.
+and is re-fitted from every measured peak, conservatively (by default the largest of the last
+``window`` observed ratios, so the model errs towards smaller batches). Its relative prediction
+error is kept. Until it has measured a peak the model is only a prior: ``calibrated`` says which.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class MemoryModel:
     base_bytes: int = 0
     """Memory held whatever the batch (weights, workspace)."""
     window: int = 64
-    quantile: float = 0.9
+    quantile: float = 1.0
     _ratios: deque = field(default_factory=lambda: deque(maxlen=64), repr=False)
     _errors: deque = field(default_factory=lambda: deque(maxlen=256), repr=False)
 
@@ -38,6 +39,11 @@ class MemoryModel:
             return self.bytes_per_unit
         ordered = sorted(self._ratios)
         return ordered[min(len(ordered) - 1, int(self.quantile * len(ordered)))]
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether any measured peak has re-fitted ``k`` (otherwise it is the prior ``bytes_per_unit``)."""
+        return bool(self._ratios)
 
     def predict(self, lengths: list[int]) -> float:
         return self.base_bytes + self.k * self.units(lengths)

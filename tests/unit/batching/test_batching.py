@@ -250,3 +250,19 @@ def test_the_probe_reads_cgroup_limits_and_falls_back_without_a_gpu(tmp_path):
     assert probe.budget_bytes() == int(0.5 * info.free_bytes) - (1 << 20)
     assert DeviceProbe("cuda:0").info().device in ("cpu", "cuda:0")  # no GPU here: host figures, no error
     assert DeviceProbe("cpu", budget_bytes=123).budget_bytes() == 123
+
+
+def test_a_prior_30_percent_optimistic_causes_no_budget_violation_when_peaks_are_measured():
+    lengths = [256] * 400
+    truth = MemoryModel(width=WIDTH, bytes_per_unit=4.0 * 1.3)  # the device's truth: 30 % above the prior
+    budget = truth.predict([256] * 20)  # 20 items fit; the prior believes 26 do
+    accountant = SimulatedOOM(truth=truth, capacity_bytes=budget)
+    calls, clock = [], FakeClock()
+    model = MemoryModel(width=WIDTH)  # the batcher's own prior, a separate object from the truth
+    results, report = AdaptiveBatcher(echo_runner(lengths, accountant, calls, clock, overhead_s=0.002), lengths, model,
+                                      lambda: budget, clock=clock, sleep=lambda s: pytest.fail("no OOM expected"),
+                                      measure_peak=lambda: accountant.peaks[-1])()
+    assert results == [f"out-{i}" for i in range(len(lengths))]
+    assert accountant.raised == 0 and max(accountant.peaks) <= budget  # planned on 70 % until calibrated
+    assert report.sizes[0] == 18 and model.calibrated and model.k == pytest.approx(5.2)
+    assert max(report.sizes) >= 19  # then the budget is used (20 fit exactly; floats may round one off)
