@@ -12,7 +12,10 @@ Workloads, compute only (what a batch size changes):
 
 Policies, each over the same order (longest first: padding stays small): fixed batches of 8, 32,
 128 and 512 (a batch that runs out of memory is split in two and retried, as a careful user
-would); the oracle, the best of those in hindsight; and ours, ``AdaptiveBatcher``. Conditions:
+would); the oracle, the best of those in hindsight; where lengths differ, the planner alone
+(``plan_batches``: batches filled up to a token budget of 32, 128, 512 or 2,048 items of length
+64, or up to the real budget where there is one), retried the same way; and ours,
+``AdaptiveBatcher``. Conditions:
 no budget, and 2 % injected out-of-memory errors (``SimulatedOOM``, the same seed for every
 policy; no backoff sleep in either: the fixed baseline has none); and, on the attention workload,
 a budget (two of the longest items) enforced by an accountant whose per-item truth is up to ±30 %
@@ -22,8 +25,8 @@ Repeats alternate the policies in one process; each cell is the median items/s w
 Every policy is checked to answer every item exactly once and in input order.
 
 The last line is one JSON object, also written to ``bench/results/batching.json``.
-Not yet here (issue 15): the seed's trial-and-error batcher and the planner alone as baselines,
-more than one data size, and a GPU section.
+Not yet here (issue 15): the seed's trial-and-error batcher as a baseline, more than one data
+size, and a GPU section.
 """
 
 from __future__ import annotations
@@ -43,11 +46,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.training_fixtures: the shipped demo model, registered
 
-from aigc.batching import AdaptiveBatcher, MemoryModel  # noqa: E402
+from aigc.batching import AdaptiveBatcher, MemoryModel, plan_batches  # noqa: E402
 from aigc.batching.adaptive import is_oom  # noqa: E402
 from aigc.batching.faults import SimulatedOOM  # noqa: E402
 
 FIXED = (8, 32, 128, 512)
+PLANNED = (32, 128, 512, 2048)  # the planner's token budgets: this many items of length 64
 WIDTH = 64
 RESULTS = ROOT / "bench" / "results" / "batching.json"
 
@@ -115,7 +119,8 @@ def runner(lengths: list[int], compute: Callable, oom_rate: float, answered: lis
     return run
 
 
-def fixed(run: Callable, order: list[int], size: int) -> list[int]:
+def batches_with_retry(run: Callable, batches: list[list[int]], n: int) -> list[int]:
+    """Each batch in turn; one that runs out of memory is split in two and retried, as a careful user would."""
     out: dict[int, int] = {}
 
     def attempt(batch: list[int]) -> None:
@@ -132,9 +137,22 @@ def fixed(run: Callable, order: list[int], size: int) -> list[int]:
             return
         out.update(zip(batch, rows, strict=True))
 
-    for lo in range(0, len(order), size):
-        attempt(order[lo:lo + size])
-    return [out[i] for i in range(len(order))]
+    for batch in batches:
+        attempt(batch)
+    return [out[i] for i in range(n)]
+
+
+def fixed(run: Callable, order: list[int], size: int) -> list[int]:
+    return batches_with_retry(run, [order[lo:lo + size] for lo in range(0, len(order), size)], len(order))
+
+
+def planned(run: Callable, lengths: list[int], items_of_64: int, budget: float | None) -> list[int]:
+    """The planner alone: longest first, each batch filled until the memory model's estimate reaches a
+    budget (the real one, or with none, what ``items_of_64`` items of length 64 would need): a token
+    budget, the usual simple answer to long-tailed lengths."""
+    model = MemoryModel(width=WIDTH)
+    limit = budget if budget else model.predict([64] * items_of_64)
+    return batches_with_retry(run, plan_batches(lengths, model, limit, max_batch=1 << 20), len(lengths))
 
 
 def ours(run: Callable, lengths: list[int], budget: float, accountant: Accountant | None) -> list[int]:
@@ -149,6 +167,9 @@ def measure(lengths: list[int], compute: Callable, oom_rate: float, repeats: int
     n = len(lengths)
     order = sorted(range(n), key=lambda i: (-lengths[i], i))
     policies = {f"fixed_{s}": (lambda run, acc, s=s: fixed(run, order, s)) for s in FIXED}
+    if len(set(lengths)) > 1:  # where lengths differ: the planner alone, at each token budget (or the real one)
+        for k in (PLANNED if budget is None else PLANNED[:1]):
+            policies["planner" if budget else f"planner_{k}"] = lambda run, acc, k=k: planned(run, lengths, k, budget)
     policies["ours"] = lambda run, acc: ours(run, lengths, budget or float(1 << 40), acc)
     rates: dict[str, list[float]] = {name: [] for name in policies}
     memory: dict[str, dict] = {}
@@ -170,8 +191,12 @@ def measure(lengths: list[int], compute: Callable, oom_rate: float, repeats: int
     cells = {k: {"median": round(statistics.median(v), 1), "range": [round(min(v), 1), round(max(v), 1)]}
              for k, v in rates.items()}
     oracle = max((k for k in cells if k.startswith("fixed_")), key=lambda k: cells[k]["median"])
+    planners = [k for k in cells if k.startswith("planner")]
+    best_planner = max(planners, key=lambda k: cells[k]["median"]) if planners else None
     return {"items": n, "oom_rate": oom_rate, "budget_bytes": budget, "items_per_s": cells, "oracle": oracle,
             "ours_vs_oracle": round(cells["ours"]["median"] / cells[oracle]["median"], 3),
+            "best_planner": best_planner, "ours_vs_best_planner":
+                round(cells["ours"]["median"] / cells[best_planner]["median"], 3) if best_planner else None,
             "ours_vs_fixed_32": round(cells["ours"]["median"] / cells["fixed_32"]["median"], 3),
             "memory": memory or None, "exactly_once_in_order": True}
 
@@ -199,7 +224,8 @@ def main() -> None:
         cells = ", ".join(f"{k} {v['median']:.0f}" for k, v in r["items_per_s"].items())
         budget = f", budget {r['budget_bytes'] / 2**20:.1f} MiB {r['memory']}" if r["budget_bytes"] else ""
         print(f"  {r['workload']:9s} OOM {r['oom_rate']:.0%}{budget}: {cells}; oracle {r['oracle']}; "
-              f"ours/oracle {r['ours_vs_oracle']:.2f}, ours/fixed_32 {r['ours_vs_fixed_32']:.2f}", file=sys.stderr)
+              f"ours/oracle {r['ours_vs_oracle']:.2f}, ours/fixed_32 {r['ours_vs_fixed_32']:.2f}, "
+              f"ours/best planner {r['ours_vs_best_planner']}", file=sys.stderr)
     summary = {"bench": "batching", "repeats": args.repeats, "rows": rows}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=1) + "\n")

@@ -10,8 +10,9 @@ items all cost the same gives them one length, so they share one learned size). 
   planned on.
   A budget smaller than one item's estimate fails at once (``ItemTooLarge``, naming the item, its
   estimate and the budget).
-* **Explore** geometrically: each size is judged on ``judge_s`` seconds of measured compute, or
-  on ``judge_batches`` batches once they last a fifth of that, so timer noise cannot crown a size. Sizes ×
+* **Explore** geometrically: each size is judged on ``judge_s`` seconds of measured compute, on
+  ``judge_batches`` batches once they last a fifth of that, or on twice as many once they last a
+  fiftieth, so timer noise cannot crown a size and a bucket of quick batches still moves. Sizes ×
   ``grow`` are tried while they pay more than ``tolerance``; when the first step up does not pay,
   sizes ÷ ``grow`` are tried the same way. The best size measured is kept.
 * **Re-probe**: once settled, every ``reprobe_every`` batches one neighbour (up, then down, in
@@ -256,10 +257,13 @@ class AdaptiveBatcher:
         state.trial_items += size
         state.trial_seconds += seconds
         state.trial_batches += 1
-        # Judged on judge_s of compute, or on judge_batches batches once those last a fifth of it:
+        # Judged on judge_s of compute, on judge_batches batches once those last a fifth of it, or on
+        # twice as many once they last a fiftieth (a bucket of quick batches must not stay at its start):
         # enough that a timer's jitter cannot crown a size, without spending long on a bad one.
-        if state.trial_seconds < self.judge_s and (state.trial_batches < self.judge_batches
-                                                   or state.trial_seconds < self.judge_s / 5):
+        judged = (state.trial_seconds >= self.judge_s
+                  or (state.trial_batches >= self.judge_batches and state.trial_seconds >= self.judge_s / 5)
+                  or (state.trial_batches >= 2 * self.judge_batches and state.trial_seconds >= self.judge_s / 50))
+        if not judged:
             return
         rate = state.trial_items / state.trial_seconds
         state.trial_items, state.trial_seconds, state.trial_batches = 0, 0.0, 0

@@ -266,3 +266,15 @@ def test_a_prior_30_percent_optimistic_causes_no_budget_violation_when_peaks_are
     assert accountant.raised == 0 and max(accountant.peaks) <= budget  # planned on 70 % until calibrated
     assert report.sizes[0] == 18 and model.calibrated and model.k == pytest.approx(5.2)
     assert max(report.sizes) >= 19  # then the budget is used (20 fit exactly; floats may round one off)
+
+
+def test_a_bucket_of_quick_batches_still_climbs_to_the_best_size():
+    """Batches of a millisecond never add up to judge_s: sizes are then judged on more batches instead."""
+    lengths = [64] * 20_000
+    clock = FakeClock()
+    run = launch_bound(clock, overhead_s=0.0005, per_item_s=5e-6, knee=256)
+    fixed = {size: total_time(run, clock, lengths, size) for size in (32, 64, 128, 256, 512)}
+    started = clock.now
+    _, report = AdaptiveBatcher(run, lengths, MemoryModel(width=WIDTH), lambda: 1e12, clock=clock)()
+    assert report.learned[64] in (128, 256, 512), report.sizes
+    assert min(fixed.values()) / (clock.now - started) >= 0.9, (fixed, clock.now - started)
