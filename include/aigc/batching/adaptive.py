@@ -21,8 +21,8 @@ items all cost the same gives them one length, so they share one learned size). 
 * **Out of memory**: the batch is retried after an exponential backoff with jitter. A size that
   failed once is retried at the same size (a transient OOM says nothing about capacity); a second
   failure in a row makes it a ceiling (×``shrink``); the memory model learns from measured peaks
-  (``measure_peak``) only. Ceilings decay after ``ceiling_ttl`` successful batches (the next confirmed one lasts twice
-  as long), so one bad minute does not cap a shard for good. One item that still fails after
+  (``measure_peak``) only. Ceilings decay after ``ceiling_ttl`` successful batches (the next
+  confirmed one lasts twice as long), so one bad minute does not cap a shard for good. One item that still fails after
   ``max_retries`` attempts raises ``ItemTooLarge``.
 
 ``run(indices)`` should be the compute alone (encode and write outside it, or on a thread): its
@@ -136,14 +136,17 @@ class AdaptiveBatcher:
         Until a measured peak has calibrated the model, only ``prior_trust`` of the budget is planned
         on: a prior may be that far off. A single item is always checked against the whole budget."""
         length, budget = self.lengths[index], self.budget_bytes()
-        if self.model.max_items(length, budget) >= 1 and not self.model.calibrated:
-            return max(1, self._capped(self.model.max_items(length, budget * self.prior_trust)))
-        fits = self.model.max_items(length, budget)
-        if fits < 1:
-            raise ItemTooLarge(
-                f"item {index} (length {length}) does not fit alone: estimated {self.model.predict([length]):.0f} B "
-                f"against a budget of {budget:.0f} B; raise the budget or shorten the item")
-        return self._capped(fits)
+        if self.model.max_items(length, budget) < 1:
+            raise self._too_large(index, budget, "")
+        if not self.model.calibrated:
+            budget *= self.prior_trust
+        return self._capped(max(1, self.model.max_items(length, budget)))
+
+    def _too_large(self, index: int, budget: float, after: str) -> ItemTooLarge:
+        length = self.lengths[index]
+        return ItemTooLarge(f"item {index} (length {length}) does not fit alone: estimated "
+                            f"{self.model.predict([length]):.0f} B against a budget of {budget:.0f} B{after}; "
+                            f"raise the budget or shorten the item")
 
     def _capped(self, fits: int) -> int:
         return fits if self.max_batch is None else min(fits, self.max_batch)
@@ -189,14 +192,19 @@ class AdaptiveBatcher:
             size = min(state.size, len(pending) - position)
             batch = pending[position:position + size]
             t0 = self.clock()
+            oom = None
             try:
                 rows = self.run(batch)
             except BaseException as e:
                 if not is_oom(e):
                     raise
+                oom = e.with_traceback(None)  # its frames would pin the failed batch's tensors
+            if oom is not None:
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()  # outside the except block: nothing pins the tensors any more
                 report.ooms += 1
                 failures += 1
-                self._on_oom(state, batch, failures, e)
+                self._on_oom(state, batch, failures, oom)
                 delay = min(self.backoff_max_s, self.backoff_s * 2 ** (failures - 1))
                 self.sleep(delay * (1 + self.jitter * self.rng.uniform(-1, 1)))
                 continue
@@ -220,22 +228,16 @@ class AdaptiveBatcher:
                 self._measure(state, size, seconds, cap)
 
     def _on_oom(self, state: _Bucket, batch: list[int], failures: int, error: BaseException) -> None:
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()  # outside the except block the caller's frame no longer pins the tensors
         size = len(batch)
         state.strikes += 1
         if size == 1 and failures > self.max_retries:
-            i = batch[0]
-            raise ItemTooLarge(
-                f"item {i} (length {self.lengths[i]}) does not fit alone: estimated "
-                f"{self.model.predict([self.lengths[i]]):.0f} B against a budget of {self.budget_bytes():.0f} B "
-                f"after {failures} attempts; raise the budget or shorten the item") from error
+            raise self._too_large(batch[0], self.budget_bytes(), f" after {failures} attempts") from error
         if state.strikes < 2 or size == 1:
             return  # once may be transient: the same size again, after the backoff
         # Twice in a row: this size does not fit now. It becomes a ceiling that decays. (The memory model
         # learns from measured peaks only: an OOM says "more than the budget", not how much, and fed in as
         # a peak it would cap the bucket for good.)
-        if state.ceiling is None:  # a new episode; one confirmed again after an earlier one decayed lasts twice as long
+        if state.ceiling is None:  # a new episode: after an earlier ceiling decayed, this one lasts twice as long
             state.ceiling_ttl = state.ceiling_ttl * 2 if state.ceiling_ttl else self.ceiling_ttl
         state.ceiling = max(1, math.floor(size * self.shrink))
         state.ceiling_left = state.ceiling_ttl

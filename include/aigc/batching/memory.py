@@ -24,8 +24,11 @@ class MemoryModel:
     """Memory held whatever the batch (weights, workspace)."""
     window: int = 64
     quantile: float = 1.0
-    _ratios: deque = field(default_factory=lambda: deque(maxlen=64), repr=False)
+    _ratios: deque = field(default_factory=deque, repr=False)
     _errors: deque = field(default_factory=lambda: deque(maxlen=256), repr=False)
+
+    def __post_init__(self) -> None:
+        self._ratios = deque(self._ratios, maxlen=self.window)  # the last `window` measured ratios
 
     def units(self, lengths: list[int]) -> float:
         """b · (d² + L_max²): the batch is padded to its longest item."""
