@@ -1,32 +1,38 @@
 """B1, stage 4's batching: ours against the best fixed batch found in hindsight, on two workloads.
 
-    python bench/batching_bench.py [--repeats 3] [--image-items 4000] [--attention-items 2000]
+    python bench/batching_bench.py [--repeats 3] [--image-items 1000 4000] [--attention-items 2000 20000]
+                                   [--workloads image attention gpu]
 
-Workloads, compute only (what a batch size changes):
+Workloads, compute only (what a batch size changes), each at two data sizes:
 
 * ``image``: the shipped demo model (tests/fixtures/demo_model) as the demo deploys it, the int8
-  variant at 32 px, generating the evaluation prompts; every prompt costs the same.
+  variant at 32 px, generating the evaluation prompts; every prompt costs the same. Ours measures
+  peaks with the engine's CPU meter (``CpuPeaks``).
 * ``attention``: self-attention (width 64) over long-tailed sequences (lengths 8–1,024, Pareto),
   each batch padded to its longest item, so memory and time grow with length (at 2,048 a fixed
-  batch of 512 would need 17 GB: more than this machine has).
+  batch of 512 would need 17 GB: more than this machine has; the GPU section goes to 4,096).
 
-Policies, each over the same order (longest first: padding stays small): fixed batches of every
-power of two from 4 to 512 (a batch that runs out of memory is split in two and retried, as a
-careful user would); the oracle, the best of those in hindsight; where lengths differ, the
-planner alone (``plan_batches``: batches filled up to a token budget of 8 to 512 items of length
-64, or up to the real budget where there is one), retried the same way; and ours,
-``AdaptiveBatcher``. The report says when a sweep's best is at its end. Conditions:
-no budget, and 2 % injected out-of-memory errors (``SimulatedOOM``, the same seed for every
-policy; no backoff sleep in either: the fixed baseline has none); and, on the attention workload,
-a budget (two of the longest items) enforced by an accountant whose per-item truth is up to ±30 %
-off the batcher's prior, which learns from the peaks the accountant reports (a device's
-``max_memory_allocated``); a batch over the budget counts as a violation and is retried smaller.
+Policies (``bench/batching_policies.py``), each over the same order (longest first: padding stays
+small): one item at a time and fixed batches of every power of two up to 512 (a batch that runs
+out of memory is split in two and retried, as a careful user would); the oracle, the best of those
+in hindsight; where lengths differ, the planner alone (``plan_batches``: batches filled up to a
+token budget of 8 to 512 items of length 64, or up to the real budget where there is one),
+retried the same way; the seed article's batcher (×1.2 after a batch that fits, ×0.7 after an
+OOM, from 32, at most 512); and ours, ``AdaptiveBatcher``, cold (a run's first shard, learning from
+nothing) and warm (a later shard, starting from the sizes the shard before it learned). On the
+larger attention set the fixed sweep stops at 128 (256 and 512 take minutes a run there). The report says when a sweep's best is at
+its end, and after what share of the items ours first ran the size it settled on (one bucket).
+Conditions: no budget, and 2 % injected out-of-memory errors (``SimulatedOOM``, the same seed for
+every policy; no backoff sleep in any: the fixed baseline has none); and, on the attention
+workload, a budget (two of the longest items) enforced by an accountant whose per-item truth is
+up to ±30 % off the batcher's prior, which learns from the peaks the accountant reports (a
+device's ``max_memory_allocated``); a batch over the budget counts as a violation and is retried
+smaller. Where CUDA is present, a GPU section runs the attention workload there under a budget the
+allocator itself enforces (real OOMs, real peaks); elsewhere the JSON says why it was skipped.
 Repeats alternate the policies in one process; each cell is the median items/s with its range.
 Every policy is checked to answer every item exactly once and in input order.
 
 The last line is one JSON object, also written to ``bench/results/batching.json``.
-Not yet here (issue 15): the seed's trial-and-error batcher as a baseline, more than one data
-size, and a GPU section.
 """
 
 from __future__ import annotations
@@ -46,15 +52,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.training_fixtures: the shipped demo model, registered
 
-from aigc.batching import AdaptiveBatcher, MemoryModel, plan_batches  # noqa: E402
+from aigc.batching import CpuPeaks, CudaPeaks, PeakMeter, ReportedPeaks  # noqa: E402  # noqa: E402
 from aigc.batching.adaptive import is_oom  # noqa: E402
 from aigc.batching.faults import SimulatedOOM  # noqa: E402
+from bench.batching_policies import WIDTH, fixed, ours, planned, seed_batcher  # noqa: E402
 
 # Sweeps that bracket the best on both workloads (a best at either end would mean a stronger baseline
 # was left untried): every power of two.
-FIXED = (4, 8, 16, 32, 64, 128, 256, 512)
+FIXED = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # 1: one item at a time
 PLANNED = (8, 16, 32, 64, 128, 512)  # the planner's token budgets: this many items of length 64
-WIDTH = 64
 RESULTS = ROOT / "bench" / "results" / "batching.json"
 
 
@@ -73,13 +79,14 @@ def image_workload(n: int, lake_root: Path):
     return [gen.config.resolution] * n, compute
 
 
-def attention_workload(n: int):
+def attention_workload(n: int, longest: int = 1024, device: str = "cpu"):
     rng = random.Random(0)
-    lengths = [min(1024, int(8 + rng.paretovariate(1.2) * 8)) for _ in range(n)]
-    data = [torch.randn(length, WIDTH, generator=torch.Generator().manual_seed(i)) for i, length in enumerate(lengths)]
+    lengths = [min(longest, int(8 + rng.paretovariate(1.2) * 8)) for _ in range(n)]
+    data = [torch.randn(length, WIDTH, generator=torch.Generator().manual_seed(i)).to(device)
+            for i, length in enumerate(lengths)]
 
     def compute(batch: list[int]) -> None:
-        x = torch.zeros(len(batch), max(lengths[i] for i in batch), WIDTH)
+        x = torch.zeros(len(batch), max(lengths[i] for i in batch), WIDTH, device=device)
         for row, i in enumerate(batch):
             x[row, : lengths[i]] = data[i]
         torch.softmax(x @ x.transpose(1, 2) / WIDTH**0.5, dim=-1) @ x
@@ -105,9 +112,37 @@ class Accountant:
             raise torch.OutOfMemoryError(f"simulated: {peak:.0f} B over the budget {self.budget:.0f} B")
         self.last, self.max_peak = peak, max(self.max_peak, peak)
 
+    def failed(self) -> None:
+        """The compute itself ran out of memory (never here: the check comes first)."""
+
+    def done(self) -> None:
+        """The batch returned: ``last`` is already its peak."""
+
+
+class DeviceAccount:
+    """On a GPU the allocator itself enforces the budget: ``torch.cuda.set_per_process_memory_fraction`` caps
+    it, a batch over the cap raises a real out-of-memory error (a violation), and ``last`` is the batch's
+    ``max_memory_allocated``."""
+
+    def __init__(self, budget: float):
+        self.budget, self.violations, self.last, self.max_peak = budget, 0, 0.0, 0.0
+        torch.cuda.reset_peak_memory_stats()
+
+    def check(self, batch: list[int]) -> None:
+        pass
+
+    def failed(self) -> None:
+        self.violations += 1
+
+    def done(self) -> None:
+        torch.cuda.synchronize()
+        self.last = float(torch.cuda.max_memory_allocated())
+        self.max_peak = max(self.max_peak, self.last)
+        torch.cuda.reset_peak_memory_stats()
+
 
 def runner(lengths: list[int], compute: Callable, oom_rate: float, answered: list[int],
-           accountant: Accountant | None = None):
+           accountant: Accountant | DeviceAccount | None = None):
     faults = SimulatedOOM(rate=oom_rate, seed=7) if oom_rate else None
 
     def run(batch: list[int]) -> list[int]:
@@ -115,76 +150,56 @@ def runner(lengths: list[int], compute: Callable, oom_rate: float, answered: lis
             accountant.check(batch)
         if faults:
             faults.check([lengths[i] for i in batch])
-        compute(batch)
+        try:
+            compute(batch)
+        except BaseException as e:
+            if accountant and is_oom(e):
+                accountant.failed()
+            raise
+        if accountant:
+            accountant.done()
         answered.extend(batch)
         return list(batch)
     return run
 
 
-def batches_with_retry(run: Callable, batches: list[list[int]], n: int) -> list[int]:
-    """Each batch in turn; one that runs out of memory is split in two and retried, as a careful user would."""
-    out: dict[int, int] = {}
-
-    def attempt(batch: list[int]) -> None:
-        try:
-            rows = run(batch)
-        except BaseException as e:
-            if not is_oom(e):
-                raise
-            if len(batch) == 1:
-                attempt(batch)  # one item: again (an injected fault passes on a retry)
-                return
-            attempt(batch[: len(batch) // 2])
-            attempt(batch[len(batch) // 2:])
-            return
-        out.update(zip(batch, rows, strict=True))
-
-    for batch in batches:
-        attempt(batch)
-    return [out[i] for i in range(n)]
-
-
-def fixed(run: Callable, order: list[int], size: int) -> list[int]:
-    return batches_with_retry(run, [order[lo:lo + size] for lo in range(0, len(order), size)], len(order))
-
-
-def planned(run: Callable, lengths: list[int], items_of_64: int, budget: float | None) -> list[int]:
-    """The planner alone: longest first, each batch filled until the memory model's estimate reaches a
-    budget (the real one, or with none, what ``items_of_64`` items of length 64 would need): a token
-    budget, the usual simple answer to long-tailed lengths."""
-    model = MemoryModel(width=WIDTH)
-    limit = budget if budget else model.predict([64] * items_of_64)
-    return batches_with_retry(run, plan_batches(lengths, model, limit, max_batch=1 << 20), len(lengths))
-
-
-def ours(run: Callable, lengths: list[int], budget: float, accountant: Accountant | None) -> list[int]:
-    peak = (lambda: accountant.last) if accountant else None
-    results, _ = AdaptiveBatcher(run, lengths, MemoryModel(width=WIDTH), lambda: budget, backoff_s=0.0,
-                                 measure_peak=peak)()
-    return results
-
-
 def measure(lengths: list[int], compute: Callable, oom_rate: float, repeats: int,
-            budget: float | None = None) -> dict:
+            budget: float | None = None, meter: Callable[[], PeakMeter] | None = None,
+            on_device: bool = False, largest_fixed: int = FIXED[-1]) -> dict:
+    """``meter``: how ours measures peaks where no accountant reports them (the engine's CPU meter);
+    ``on_device``: the GPU's allocator enforces ``budget`` (else a simulated accountant does);
+    ``largest_fixed``: where the sweep stops (the report says if its best is at that end)."""
     n = len(lengths)
     order = sorted(range(n), key=lambda i: (-lengths[i], i))
-    policies = {f"fixed_{s}": (lambda run, acc, s=s: fixed(run, order, s)) for s in FIXED}
+    policies = {f"fixed_{s}": (lambda run, acc, s=s: fixed(run, order, s)) for s in FIXED if s <= largest_fixed}
     if len(set(lengths)) > 1:  # where lengths differ: the planner alone, at each token budget (or the real one)
         for k in (PLANNED if budget is None else PLANNED[:1]):
             policies["planner" if budget else f"planner_{k}"] = lambda run, acc, k=k: planned(run, lengths, k, budget)
-    policies["ours"] = lambda run, acc: ours(run, lengths, budget or float(1 << 40), acc)
+    policies["seed"] = lambda run, acc: seed_batcher(run, order)
+    stats: dict = {}
+    def peaks(acc) -> PeakMeter | None:
+        return ReportedPeaks(lambda: acc.last) if acc else (meter() if meter else None)
+
+    # Cold: a run's first shard, which learns from nothing. Warm: its later shards, which start from the
+    # sizes the shard before them learned (here: the cold run's of the same repeat).
+    policies["ours"] = lambda run, acc: ours(run, lengths, budget or float(1 << 40), peaks(acc), stats)
+    policies["ours_warm"] = lambda run, acc: ours(run, lengths, budget or float(1 << 40), peaks(acc),
+                                                  learned=stats["settled_on"])
     rates: dict[str, list[float]] = {name: [] for name in policies}
     memory: dict[str, dict] = {}
+    settling: list[float | None] = []
     for repeat in range(repeats):
         for name, policy in policies.items():
             answered: list[int] = []
-            accountant = Accountant(lengths, budget) if budget else None
+            accountant = (DeviceAccount(budget) if on_device else Accountant(lengths, budget)) if budget else None
             t0 = time.perf_counter()
             results = policy(runner(lengths, compute, oom_rate, answered, accountant), accountant)
             rate = n / (time.perf_counter() - t0)
             assert results == list(range(n)), f"{name}: not every item in input order"
             assert sorted(answered) == list(range(n)), f"{name}: an item answered twice or never"
             rates[name].append(rate)
+            if name == "ours":
+                settling.append(stats.get("settled_after"))
             if accountant:
                 memory[name] = {"violations": accountant.violations,
                                 "peak_over_budget": round(accountant.max_peak / budget, 3)}
@@ -200,39 +215,75 @@ def measure(lengths: list[int], compute: Callable, oom_rate: float, repeats: int
               if len(sweep) > 1 and best in (sweep[0], sweep[-1])]
     return {"items": n, "oom_rate": oom_rate, "budget_bytes": budget, "items_per_s": cells, "oracle": oracle,
             "ours_vs_oracle": round(cells["ours"]["median"] / cells[oracle]["median"], 3),
+            "ours_warm_vs_oracle": round(cells["ours_warm"]["median"] / cells[oracle]["median"], 3),
             "best_planner": best_planner, "ours_vs_best_planner":
                 round(cells["ours"]["median"] / cells[best_planner]["median"], 3) if best_planner else None,
             "ours_vs_fixed_32": round(cells["ours"]["median"] / cells["fixed_32"]["median"], 3),
+            "ours_vs_seed": round(cells["ours"]["median"] / cells["seed"]["median"], 3),
+            "ours_vs_one_at_a_time": round(cells["ours"]["median"] / cells["fixed_1"]["median"], 3),
+            "ours_settled_on": stats.get("settled_on"), "ours_settled_after_share_of_items": settling,
             "memory": memory or None, "best_at_sweep_end": at_end, "exactly_once_in_order": True}
+
+
+def gpu_rows(n: int, repeats: int) -> list[dict] | str:
+    """The attention workload on the GPU, lengths 8-4,096, under a budget its allocator enforces (a quarter
+    of the card, at most 16 GiB); ours measures peaks with ``max_memory_allocated``."""
+    if not torch.cuda.is_available():
+        return "skipped: no CUDA device on this machine (the section runs wherever torch.cuda.is_available())"
+    total = torch.cuda.get_device_properties(0).total_memory
+    cap = min(total // 4, 16 << 30)
+    torch.cuda.set_per_process_memory_fraction(cap / total)
+    lengths, compute = attention_workload(n, longest=4096, device="cuda")
+    compute(list(range(8)))  # warm-up: kernels and the allocator's first blocks
+    budget = cap - torch.cuda.memory_allocated()
+    rows = []
+    for oom_rate, limit in ((0.0, None), (0.0, budget), (0.02, budget)):
+        print(f"gpu attention, {n} items, injected OOM rate {oom_rate}, budget {limit}:", file=sys.stderr)
+        rows.append({"workload": "attention_gpu", **measure(lengths, compute, oom_rate, repeats, limit,
+                                                              meter=CudaPeaks, on_device=True)})
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--image-items", type=int, default=4000)
-    ap.add_argument("--attention-items", type=int, default=2000)
+    ap.add_argument("--image-items", type=int, nargs="+", default=[1000, 4000])
+    ap.add_argument("--attention-items", type=int, nargs="+", default=[2000, 20000])
+    ap.add_argument("--workloads", nargs="+", default=["image", "attention", "gpu"],
+                    choices=["image", "attention", "gpu"], help="run only these (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        workloads = {"image": image_workload(args.image_items, Path(tmp) / "lake"),
-                     "attention": attention_workload(args.attention_items)}
-        for name, (lengths, compute) in workloads.items():
+        workloads = [("image", image_workload(n, Path(tmp) / f"lake{n}")) for n in args.image_items
+                     if "image" in args.workloads]
+        workloads += [("attention", attention_workload(n)) for n in args.attention_items
+                      if "attention" in args.workloads]
+        for name, (lengths, compute) in workloads:
             conditions = [(0.0, None), (0.02, None)]
             if name == "attention":  # memory that grows with length: also under a budget two longest items fit
                 conditions.append((0.0, 4.0 * 1.3 * 2 * (WIDTH**2 + max(lengths) ** 2)))
+            # Fixed batches of 256 and 512 pad hundreds of items to the longest: on the larger attention set
+            # they take minutes a run at a tenth of the best rate, and the sweep still brackets its best.
+            largest = 128 if name == "attention" and len(lengths) > 5000 else FIXED[-1]
             for oom_rate, budget in conditions:
                 print(f"{name}, {len(lengths)} items, injected OOM rate {oom_rate}, budget {budget}:", file=sys.stderr)
-                rows.append({"workload": name, **measure(lengths, compute, oom_rate, args.repeats, budget)})
+                rows.append({"workload": name, **measure(lengths, compute, oom_rate, args.repeats, budget,
+                                                         meter=CpuPeaks, largest_fixed=largest)})
+    gpu = gpu_rows(max(args.attention_items), args.repeats) if "gpu" in args.workloads else "not asked for"
     print(f"\nitems/s, median of {args.repeats}; ours / the best fixed batch in hindsight:", file=sys.stderr)
-    for r in rows:
+    for r in rows + (gpu if isinstance(gpu, list) else []):
         cells = ", ".join(f"{k} {v['median']:.0f}" for k, v in r["items_per_s"].items())
         budget = f", budget {r['budget_bytes'] / 2**20:.1f} MiB {r['memory']}" if r["budget_bytes"] else ""
-        print(f"  {r['workload']:9s} OOM {r['oom_rate']:.0%}{budget}: {cells}; oracle {r['oracle']}; "
-              f"ours/oracle {r['ours_vs_oracle']:.2f}, ours/fixed_32 {r['ours_vs_fixed_32']:.2f}, "
-              f"ours/best planner {r['ours_vs_best_planner']}; best at a sweep's end: {r['best_at_sweep_end']}",
+        print(f"  {r['workload']:9s} {r['items']} items, OOM {r['oom_rate']:.0%}{budget}: {cells}; "
+              f"oracle {r['oracle']}; ours/oracle {r['ours_vs_oracle']:.2f} (warm {r['ours_warm_vs_oracle']:.2f}), "
+              f"ours/fixed_32 {r['ours_vs_fixed_32']:.2f}, ours/seed {r['ours_vs_seed']:.2f}, "
+              f"ours/best planner {r['ours_vs_best_planner']}; settled after "
+              f"{r['ours_settled_after_share_of_items']}; best at a sweep's end: {r['best_at_sweep_end']}",
               file=sys.stderr)
-    summary = {"bench": "batching", "repeats": args.repeats, "rows": rows}
+    if isinstance(gpu, str):
+        print(f"  gpu: {gpu}", file=sys.stderr)
+    summary = {"bench": "batching", "repeats": args.repeats, "rows": rows, "gpu": gpu}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary))

@@ -3,9 +3,9 @@ a batcher that grows on success and backs off on out-of-memory, answering every 
 
 from aigc.batching.adaptive import AdaptiveBatcher, BatchReport, ItemTooLarge
 from aigc.batching.memory import MemoryModel
+from aigc.batching.peaks import CpuPeaks, CudaPeaks, PeakMeter, ReportedPeaks, meter_for
 from aigc.batching.planner import plan_batches
 from aigc.batching.probe import DeviceProbe, MemoryInfo
-from aigc.batching.sharding import smart_sharding
 
-__all__ = ["AdaptiveBatcher", "BatchReport", "DeviceProbe", "ItemTooLarge", "MemoryInfo", "MemoryModel",
-           "plan_batches", "smart_sharding"]
+__all__ = ["AdaptiveBatcher", "BatchReport", "CpuPeaks", "CudaPeaks", "DeviceProbe", "ItemTooLarge", "MemoryInfo",
+           "MemoryModel", "PeakMeter", "ReportedPeaks", "meter_for", "plan_batches"]

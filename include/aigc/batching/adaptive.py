@@ -3,11 +3,13 @@
 Items are grouped into buckets by what drives their cost (``bucket_of(length)``; a caller whose
 items all cost the same gives them one length, so they share one learned size). Per bucket:
 
-* **Start** from the size an earlier shard learned, else from the memory plan (the most items the
-  memory model says fit the budget) capped at ``start_batch`` and at an eighth of the bucket, so
-  there is room to compare before the bucket is spent. Memory is a ceiling throughout; until a
-  measured peak has calibrated the memory model, only ``prior_trust`` (70 %) of the budget is
-  planned on.
+* **Start** from the size an earlier shard learned; else from the best size of the nearest bucket
+  that settled, scaled to this bucket's per-item cost (the same work per batch), or else from
+  ``start_batch`` items of the shard's cheapest kind, scaled the same way (a token budget);
+  capped by the memory plan (the most items the memory model says fit the budget) and at an
+  eighth of the bucket, so there is room to compare before the bucket is spent. Memory is
+  a ceiling throughout; until a measured peak has calibrated the memory model, only
+  ``prior_trust`` (70 %) of the budget is planned on.
   A budget smaller than one item's estimate fails at once (``ItemTooLarge``, naming the item, its
   estimate and the budget).
 * **Explore** geometrically: each size is judged on ``judge_s`` seconds of measured compute, on
@@ -21,7 +23,7 @@ items all cost the same gives them one length, so they share one learned size). 
 * **Out of memory**: the batch is retried after an exponential backoff with jitter. A size that
   failed once is retried at the same size (a transient OOM says nothing about capacity); a second
   failure in a row makes it a ceiling (×``shrink``); the memory model learns from measured peaks
-  (``measure_peak``) only. Ceilings decay after ``ceiling_ttl`` successful batches (the next
+  (``peaks``, a ``PeakMeter``) only. Ceilings decay after ``ceiling_ttl`` successful batches (the next
   confirmed one lasts twice as long), so one bad minute does not cap a shard for good. One item that still fails after
   ``max_retries`` attempts raises ``ItemTooLarge``.
 
@@ -32,6 +34,7 @@ back in input order; an item is marked done only when its batch returned.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 import torch
 
 from aigc.batching.memory import MemoryModel
+from aigc.batching.peaks import PeakMeter
 
 
 class ItemTooLarge(RuntimeError):
@@ -69,6 +73,8 @@ class BatchReport:
     learned: dict[int, int] = field(default_factory=dict)
     """Bucket → the batch size it settled on; pass it to the next shard's batcher."""
     prediction_error: float | None = None
+    measured_peaks: int = 0
+    """Batches whose peak memory was measured and fed to the memory model."""
 
     @property
     def items_per_s(self) -> float:
@@ -79,7 +85,7 @@ class BatchReport:
                 "compute_seconds": round(self.compute_seconds, 4), "items_per_s": round(self.items_per_s, 2),
                 "max_batch_used": max(self.sizes, default=0),
                 "learned_sizes": {str(k): v for k, v in sorted(self.learned.items())},
-                "memory_prediction_error": self.prediction_error}
+                "memory_prediction_error": self.prediction_error, "measured_peaks": self.measured_peaks}
 
 
 @dataclass
@@ -114,7 +120,7 @@ class AdaptiveBatcher:
                  backoff_max_s: float = 2.0, jitter: float = 0.5, tolerance: float = 0.03, judge_s: float = 0.1,
                  judge_batches: int = 2, start_batch: int = 32, reprobe_every: int = 32, ceiling_ttl: int = 16,
                  prior_trust: float = 0.7, learned: dict[int, int] | None = None,
-                 measure_peak: Callable[[], float | None] | None = None,
+                 peaks: PeakMeter | None = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.perf_counter,
                  seed: int = 0):
         if grow <= 1 or not 0 < shrink < 1:
@@ -125,7 +131,7 @@ class AdaptiveBatcher:
         self.judge_s, self.judge_batches, self.start_batch = judge_s, judge_batches, start_batch
         self.prior_trust = prior_trust
         self.reprobe_every, self.ceiling_ttl = reprobe_every, ceiling_ttl
-        self.measure_peak, self.sleep, self.clock, self.rng = measure_peak, sleep, clock, random.Random(seed)
+        self.peaks, self.sleep, self.clock, self.rng = peaks, sleep, clock, random.Random(seed)
         self.learned = dict(learned or {})
         self.buckets: dict[int, _Bucket] = {}
 
@@ -154,11 +160,28 @@ class AdaptiveBatcher:
     def _step(self, size: int, direction: int) -> int:
         return max(size + 1, math.ceil(size * self.grow)) if direction > 0 else max(1, math.floor(size / self.grow))
 
-    def _start(self, key: int, first: int, count: int) -> _Bucket:
+    def _start(self, key: int, first: int, count: int, shortest: int) -> _Bucket:
         if key in self.learned:
             return _Bucket(size=max(1, self.learned[key]), best_size=self.learned[key], direction=0)
-        size = max(1, min(self._memory_cap(first), math.ceil(count / 8), self.start_batch))
+        # What a settled neighbour measured beats a default: ``start_batch`` items of the shard's cheapest
+        # kind, in this bucket's items of the same work (a token budget: one item of length 1,024 where 32
+        # of length 8 fit). Either way an eighth of the bucket at most, so there is room to explore from it.
+        size = self._from_nearest(key) or self._same_work(self.start_batch, shortest, key)
+        size = max(1, min(self._memory_cap(first), math.ceil(count / 8), size))
         return _Bucket(size=size, start_size=size)
+
+    def _same_work(self, size: int, length: int, key: int) -> int:
+        """How many items of bucket ``key`` cost what ``size`` items of ``length`` do (the model's ``d² + L²``)."""
+        return max(1, round(size * self.model.units([length]) / self.model.units([key])))
+
+    def _from_nearest(self, key: int) -> int | None:
+        """The best size of the nearest bucket that settled (this run's, or an earlier shard's), scaled to this
+        bucket's per-item cost. A bucket still exploring when it ran out of items says nothing yet."""
+        known = {k: b.best_size for k, b in self.buckets.items() if b.best_size and b.direction == 0} | self.learned
+        if not known:
+            return None
+        nearest = min(known, key=lambda k: (abs(math.log2(k) - math.log2(key)), k))
+        return self._same_work(known[nearest], nearest, key)
 
     def _allowed(self, state: _Bucket, size: int, cap: int) -> int:
         return max(1, min(size, cap, state.ceiling or size))
@@ -172,14 +195,17 @@ class AdaptiveBatcher:
         by_bucket: dict[int, list[int]] = {}
         for i in sorted(indices, key=lambda i: (-self.lengths[i], i)):  # longest first: padding stays small
             by_bucket.setdefault(bucket_of(self.lengths[i]), []).append(i)
+        shortest = min((self.lengths[i] for i in indices), default=1)
         for key, pending in by_bucket.items():
-            state = self.buckets.get(key) or self._start(key, pending[0], len(pending))
+            state = self.buckets.get(key) or self._start(key, pending[0], len(pending), shortest)
             self.buckets[key] = state
             self._drain(state, pending, results, report)
         missing = set(indices) - set(results)
         if missing:  # cannot happen unless run() misbehaves: say so rather than return holes
             raise RuntimeError(f"{len(missing)} item(s) were never answered, e.g. {sorted(missing)[:5]}")
         report.items, report.seconds = len(indices), self.clock() - started
+        # What the next shard starts from: each bucket's best measured size (one that ran out of items while
+        # exploring passes on its best so far, not the step it was about to try).
         report.learned = {**self.learned, **{k: (b.best_size or b.size) for k, b in self.buckets.items()}}
         report.prediction_error = self.model.mean_relative_error
         return [results[i] for i in indices], report
@@ -191,10 +217,12 @@ class AdaptiveBatcher:
             state.size = self._allowed(state, state.size, cap)
             size = min(state.size, len(pending) - position)
             batch = pending[position:position + size]
+            metered = self.peaks is not None and self.peaks.due(report.batches)
             t0 = self.clock()
             oom = None
             try:
-                rows = self.run(batch)
+                with self.peaks.measuring() if metered else contextlib.nullcontext():
+                    rows = self.run(batch)
             except BaseException as e:
                 if not is_oom(e):
                     raise
@@ -220,11 +248,13 @@ class AdaptiveBatcher:
             report.batches += 1
             report.compute_seconds += seconds
             report.sizes.append(size)
-            peak = self.measure_peak() if self.measure_peak else None
+            peak = self.peaks.peak() if metered else None
             if peak:
                 self.model.observe([self.lengths[i] for i in batch], peak)
+                report.measured_peaks += 1
             self._decay_ceiling(state)
-            if size == state.size:  # a batch cut short by the shard's end or a ceiling is not a judgement
+            # A batch cut short by the shard's end or a ceiling is not a judgement, nor is one slowed by its meter.
+            if size == state.size and not (metered and self.peaks.intrusive):
                 self._measure(state, size, seconds, cap)
 
     def _on_oom(self, state: _Bucket, batch: list[int], failures: int, error: BaseException) -> None:

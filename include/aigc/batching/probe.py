@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _nvml():
+    """pynvml, initialised once per process (each nvmlInit takes a reference that nothing would release)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
 
 
 @dataclass(frozen=True)
@@ -42,9 +52,7 @@ class DeviceProbe:
 
     def _nvml(self) -> MemoryInfo | None:
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
+            pynvml = _nvml()
             index = int(self.device.split(":", 1)[1]) if ":" in self.device else 0
             mem = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
             return MemoryInfo(self.device, int(mem.total), int(mem.free), "pynvml")

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from PIL import Image
 
-from aigc.batching import AdaptiveBatcher, DeviceProbe, MemoryModel
+from aigc.batching import AdaptiveBatcher, DeviceProbe, MemoryModel, meter_for
 from aigc.batching.faults import SimulatedOOM
 from aigc.config import PipelineConfig
 from aigc.lake import Lake
@@ -92,8 +92,6 @@ class ShardEngine:
             if faults:
                 faults.check([lengths[j] for j in batch])
             chosen = [prompts[todo[j]] for j in batch]
-            if self.device == "cuda":
-                torch.cuda.reset_peak_memory_stats()
             t0 = time.perf_counter()
             images = self.gen.generate([p["prompt"] for p in chosen], [p["seed"] for p in chosen]).numpy()
             per_item = (time.perf_counter() - t0) * 1000 / len(batch)
@@ -101,12 +99,11 @@ class ShardEngine:
             return [writer.submit(encode_and_cache, j, p, pixels, per_item, len(batch))
                     for j, p, pixels in zip(batch, chosen, images, strict=True)]
 
-        peak = (lambda: float(torch.cuda.max_memory_allocated())) if self.device == "cuda" else None
         learned = self._learned()
         batcher = AdaptiveBatcher(run_batch, lengths, model, probe.budget_bytes, grow=b.grow, shrink=b.shrink,
                                   max_batch=b.max_batch, max_retries=b.max_retries, backoff_s=b.backoff_s,
                                   backoff_max_s=b.backoff_max_s, jitter=b.jitter, tolerance=b.tolerance,
-                                  learned=learned, measure_peak=peak)
+                                  learned=learned, peaks=meter_for(self.device))
         try:
             pending, report = batcher()
             generated = [f.result() for f in pending]

@@ -1,11 +1,12 @@
 """The batching core on a CPU with a simulated memory accountant: budgets, backoff, exactly once."""
 
 import random
+import sys
 
 import pytest
 import torch
 
-from aigc.batching import AdaptiveBatcher, ItemTooLarge, MemoryModel, plan_batches, smart_sharding
+from aigc.batching import AdaptiveBatcher, ItemTooLarge, MemoryModel, ReportedPeaks, plan_batches
 from aigc.batching.faults import SimulatedOOM
 from aigc.batching.planner import restore_order
 from aigc.batching.probe import DeviceProbe
@@ -58,7 +59,7 @@ def test_the_planner_never_exceeds_the_budget_in_a_simulated_accountant():
 def test_injected_oom_at_a_rate_loses_and_repeats_nothing_and_the_size_recovers():
     lengths = long_tailed_lengths()
     truth = MemoryModel(width=WIDTH)
-    accountant = SimulatedOOM(truth=truth, rate=0.2, seed=3)
+    accountant = SimulatedOOM(truth=truth, rate=0.3, seed=3)
     calls, sleeps, clock = [], [], FakeClock()
     batcher = AdaptiveBatcher(echo_runner(lengths, accountant, calls, clock, overhead_s=0.002), lengths,
                               MemoryModel(width=WIDTH), lambda: 1e12, max_batch=64, sleep=sleeps.append, seed=1,
@@ -84,7 +85,7 @@ def test_a_too_small_budget_shrinks_batches_until_they_fit_then_learns():
     # The device reports each batch's peak (the accountant's truth, which the batcher's model is not).
     batcher = AdaptiveBatcher(echo_runner(lengths, accountant, calls, clock, overhead_s=0.002), lengths, model,
                               lambda: capacity, max_batch=64, sleep=lambda s: None, clock=clock,
-                              measure_peak=lambda: accountant.peaks[-1])
+                              peaks=ReportedPeaks(lambda: accountant.peaks[-1]))
     results, report = batcher()
     assert len(results) == 200 and sorted(i for c in calls for i in c) == list(range(200))
     assert all(len(c) <= 10 for c in calls)  # no successful batch exceeded the real capacity
@@ -234,13 +235,6 @@ def test_the_memory_model_reports_its_prediction_error():
     assert model.k == 8.0
 
 
-def test_smart_sharding_takes_the_largest_prefix_that_fits_by_halving():
-    sizes = [10] * 16
-    assert smart_sharding(sizes, free_bytes=1000) == 16
-    assert smart_sharding(sizes, free_bytes=100, margin_bytes=10) == 8  # 16 → 8 (80 ≤ 90)
-    assert smart_sharding(sizes, free_bytes=5) == 0
-
-
 def test_the_probe_reads_cgroup_limits_and_falls_back_without_a_gpu(tmp_path):
     (tmp_path / "memory.max").write_text(str(512 << 20))
     (tmp_path / "memory.current").write_text(str(128 << 20))
@@ -252,6 +246,25 @@ def test_the_probe_reads_cgroup_limits_and_falls_back_without_a_gpu(tmp_path):
     assert DeviceProbe("cpu", budget_bytes=123).budget_bytes() == 123
 
 
+def test_the_gpu_probe_initialises_nvml_once_per_process(monkeypatch):
+    import types
+
+    from aigc.batching import probe as probe_module
+
+    calls = []
+    memory = types.SimpleNamespace(total=80 << 30, free=60 << 30)
+    fake = types.SimpleNamespace(nvmlInit=lambda: calls.append("init"), nvmlDeviceGetHandleByIndex=lambda i: i,
+                                 nvmlDeviceGetMemoryInfo=lambda handle: memory)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    probe_module._nvml.cache_clear()
+    try:
+        budgets = [DeviceProbe("cuda:1", budget_fraction=0.5).budget_bytes() for _ in range(3)]
+        assert budgets == [30 << 30] * 3 and DeviceProbe("cuda").info().source == "pynvml"
+        assert calls == ["init"]
+    finally:
+        probe_module._nvml.cache_clear()  # the next test's pynvml is the real one (or none)
+
+
 def test_a_prior_30_percent_optimistic_causes_no_budget_violation_when_peaks_are_measured():
     lengths = [256] * 400
     truth = MemoryModel(width=WIDTH, bytes_per_unit=4.0 * 1.3)  # the device's truth: 30 % above the prior
@@ -261,7 +274,7 @@ def test_a_prior_30_percent_optimistic_causes_no_budget_violation_when_peaks_are
     model = MemoryModel(width=WIDTH)  # the batcher's own prior, a separate object from the truth
     results, report = AdaptiveBatcher(echo_runner(lengths, accountant, calls, clock, overhead_s=0.002), lengths, model,
                                       lambda: budget, clock=clock, sleep=lambda s: pytest.fail("no OOM expected"),
-                                      measure_peak=lambda: accountant.peaks[-1])()
+                                      peaks=ReportedPeaks(lambda: accountant.peaks[-1]))()
     assert results == [f"out-{i}" for i in range(len(lengths))]
     assert accountant.raised == 0 and max(accountant.peaks) <= budget  # planned on 70 % until calibrated
     assert report.sizes[0] == 18 and model.calibrated and model.k == pytest.approx(5.2)
@@ -278,3 +291,29 @@ def test_a_bucket_of_quick_batches_still_climbs_to_the_best_size():
     _, report = AdaptiveBatcher(run, lengths, MemoryModel(width=WIDTH), lambda: 1e12, clock=clock)()
     assert report.learned[64] in (128, 256, 512), report.sizes
     assert min(fixed.values()) / (clock.now - started) >= 0.9, (fixed, clock.now - started)
+
+
+def test_a_new_bucket_starts_from_its_nearest_measured_neighbour_scaled_to_its_cost():
+    # An earlier shard learned 8 items of length 256; items of length 64 cost (64² + 64²) / (64² + 256²) as
+    # much each (the model's shape), so the same work per batch is 68 of them.
+    run = lambda batch: batch  # noqa: E731
+    _, report = AdaptiveBatcher(run, [64] * 800, MemoryModel(width=WIDTH), lambda: 1e12, learned={256: 8},
+                                clock=FakeClock())()
+    assert report.sizes[0] == 68
+    _, small = AdaptiveBatcher(run, [64] * 400, MemoryModel(width=WIDTH), lambda: 1e12, learned={256: 8},
+                               clock=FakeClock())()
+    assert small.sizes[0] == 50  # an eighth of the bucket at most: room to explore from the start
+    # Without a neighbour: the default start, an eighth of the bucket at most 32.
+    _, alone = AdaptiveBatcher(run, [64] * 400, MemoryModel(width=WIDTH), lambda: 1e12, clock=FakeClock())()
+    assert alone.sizes[0] == 32
+
+
+def test_without_a_neighbour_a_bucket_starts_from_the_same_work_as_start_batch_of_the_cheapest_items():
+    # 32 items of length 8 are the work of one item of length 1,024 (the model's d² + L²), not of 32 of them.
+    lengths = [1024] * 80 + [8] * 800
+    _, report = AdaptiveBatcher(lambda batch: batch, lengths, MemoryModel(width=WIDTH), lambda: 1e12,
+                                clock=FakeClock())()
+    assert report.sizes[0] == 1
+    _, report = AdaptiveBatcher(lambda batch: batch, [256] * 80 + [8] * 800, MemoryModel(width=WIDTH),
+                                lambda: 1e12, clock=FakeClock())()
+    assert report.sizes[0] == 2  # 32 · (64² + 8²) / (64² + 256²) = 1.9
