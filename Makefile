@@ -27,11 +27,12 @@ export GX_ANALYTICS_ENABLED := False
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS ?= aigc_airflow.sqlite.CONNECT_ARGS
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC ?= aigc_airflow.sqlite.CONNECT_ARGS
 
-.PHONY: help install demo demo-s3 demo-dates test airflow bench lint clean
+.PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench lint clean
 
 help:
 	@echo "make demo     - set up, then run the pipeline DAG for $(DEMO_DATE) on the local lake"
 	@echo "make test     - set up, then the whole test suite (unit, DAG, S3 server, end to end)"
+	@echo "make test-reliability - the fault-injection suite alone (S3 faults through a proxy, lost replies)"
 	@echo "make airflow  - the Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) (login printed)"
 	@echo "make demo-s3  - the demo against a local S3 server instead of a folder"
 	@echo "make bench    - benchmarks (prepare vs its decode+hash bound, memory; training throughput, balance)"
@@ -71,7 +72,12 @@ system-deps:
 		|| echo "note: could not install $(SYSTEM_PACKAGES); the tests that need them will skip")
 
 test: install system-deps
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25 -m "not reliability_full" $(PYTEST_ARGS)
+
+# The fault-injection suite (tests/reliability) whole: its quick part also runs in `make test`; the whole
+# pipeline through faults (reliability_full) only here. CI runs both. Ends with the suite's summary line.
+test-reliability: install
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=10 tests/reliability $(PYTEST_ARGS)
 
 airflow: install
 	@echo "Airflow UI: http://127.0.0.1:$(AIRFLOW__API__PORT)  (login: admin, password in $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated)"

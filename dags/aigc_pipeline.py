@@ -26,9 +26,9 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Asset, CronDataIntervalTimetable, Param, PokeReturnValue, dag, get_current_context, task
 
+from aigc.config import DATE_LEASE_TTL
 from aigc_airflow.evaluate_operator import EvaluateOperator
 from aigc_airflow.operators import QualityGateOperator
-from aigc_airflow.runtime import PARTITION_LEASE_TTL
 from aigc_airflow.train_operator import DistributedTrainOperator
 
 # Named, not keyed by the lake's URI: an asset's identity must not change when the lake moves
@@ -41,7 +41,7 @@ EVALUATIONS = Asset(name="aigc_evaluations")
 # Tasks that want an accelerator go to this queue; with one local worker (or LocalExecutor) it is ignored.
 GPU_QUEUE = os.environ.get("AIGC_GPU_QUEUE", "default")
 # How long a run waits for another run of its date to finish: past the lease's expiry.
-PARTITION_WAIT = PARTITION_LEASE_TTL + timedelta(hours=1)
+PARTITION_WAIT = DATE_LEASE_TTL + timedelta(hours=1)
 log = logging.getLogger(__name__)
 
 # The form's preset when a user presses Trigger unchanged (and for scheduled runs): a deployment

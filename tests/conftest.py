@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -46,6 +48,43 @@ def pytest_xdist_make_scheduler(config, log):
             return "live" if nodeid.startswith(LIVE) else nodeid
 
     return LiveTestsOnOneWorker(config, log)
+
+
+# -- the reliability suite's summary line (tests/reliability): each test records what it injected and
+# compared; the controller adds the records of every worker up and prints one line at the end.
+RELIABILITY_LOG = "AIGC_RELIABILITY_LOG"
+RELIABILITY_FIELDS = ("faults_injected", "faults_survived", "objects_compared", "rows_compared", "rows_lost",
+                      "half_published")
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist): workers inherit the path
+        os.environ[RELIABILITY_LOG] = str(Path(tempfile.mkdtemp(prefix="aigc-reliability-")) / "records.jsonl")
+
+
+@pytest.fixture
+def reliability_record():
+    """``record(faults_injected=…, …)``: one line of the reliability summary's sums."""
+    def record(**counts: int) -> None:
+        unknown = set(counts) - set(RELIABILITY_FIELDS)
+        assert not unknown, f"unknown reliability fields {unknown}"
+        with open(os.environ[RELIABILITY_LOG], "a") as f:
+            f.write(json.dumps(counts) + "\n")
+    return record
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    path = Path(os.environ.get(RELIABILITY_LOG, "/nonexistent"))
+    if hasattr(config, "workerinput") or not path.exists():
+        return
+    totals = dict.fromkeys(RELIABILITY_FIELDS, 0)
+    for line in path.read_text().splitlines():
+        for k, v in json.loads(line).items():
+            totals[k] += v
+    terminalreporter.write_line(
+        f"reliability: {totals['faults_injected']} faults injected, {totals['faults_survived']} survived; "
+        f"{totals['objects_compared']} objects and {totals['rows_compared']} rows compared with fault-free runs; "
+        f"{totals['rows_lost']} rows lost, {totals['half_published']} half-published states seen")
 
 
 @pytest.fixture(scope="session")

@@ -7,11 +7,14 @@ prints a one-line ``error:`` message (what and where), not only a traceback, and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
+import os
+import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from aigc.config import PipelineConfig, preset
 from aigc.lake import open_lake
@@ -128,7 +131,8 @@ def cmd_generate(args: argparse.Namespace) -> dict:
     summary = finish_generation(lake, plan, cfg)
     batching = [s["batching"] for s in shards if "batching" in s]
     result = {"command": "generate", **summary, "shards": len(shards),
-              "ooms": sum(b["ooms"] for b in batching), "batch_sizes": [b["learned_sizes"] for b in batching]}
+              "ooms": sum(b["ooms"] for b in batching), "batch_sizes": [b["learned_sizes"] for b in batching],
+              "memory_prediction_error": [b["memory_prediction_error"] for b in batching]}
     if args.no_gate:
         return {**result, "published": False}
     gate = validate_generation(lake, plan, cfg, cfg.generate_gate)
@@ -404,11 +408,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that write a date's partitions (or the registry on its behalf): they take the date's lease, the
+# one a DAG run holds, so a manual command and a scheduled run of one date cannot interleave.
+WRITES = {"prepare", "publish", "train", "deploy", "generate", "evaluate"}
+
+
+class DateBusy(RuntimeError):
+    """Another run (a DAG run or another command) is writing the date."""
+
+
+@contextlib.contextmanager
+def _date_lease(args: argparse.Namespace) -> Iterator[None]:
+    if args.command not in WRITES or getattr(args, "worker", False):  # a torchrun worker: its launcher holds it
+        yield
+        return
+    from aigc.config import DATE_LEASE_TTL
+    from aigc.lake.lease import LeaseHeld, date_lease
+
+    lease = date_lease(open_lake(args.lake), args.date)
+    owner = f"aigc {args.command} on {socket.gethostname()} (pid {os.getpid()})"
+    try:
+        lease.hold(owner, DATE_LEASE_TTL)
+    except LeaseHeld as e:
+        raise DateBusy(f"{args.date} is being written by {e.holder['owner']!r} (lease {lease.lake.url(lease.key)}, "
+                       f"until {e.holder['expires_at']}): run the command again once it has finished") from None
+    try:
+        yield
+    finally:
+        lease.release(owner)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level)
     try:
-        summary = args.fn(args)
+        with _date_lease(args):
+            summary = args.fn(args)
         if summary is None:  # a torchrun worker: its launcher prints the summary
             return 0
     except Exception as e:  # the CLI's one catch-all: a readable message, the traceback in debug logs

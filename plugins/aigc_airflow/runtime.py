@@ -104,16 +104,12 @@ def annotate_outlets(context: dict[str, Any], summary: dict) -> None:
         context["outlet_events"][asset].extra = extra
 
 
-# Longer than the longest task (training's execution_timeout is 8 h), so a live run never
-# loses its date mid-task; a run that died without releasing blocks the date this long at most.
-PARTITION_LEASE_TTL = dt.timedelta(hours=10)
-
-
 def partition_lease(context: dict[str, Any], lake, date: dt.date):
-    """The lease that lets one DAG run at a time write this date's partitions (see aigc.lake.lease)."""
-    from aigc.lake.lease import Lease
+    """The lease that lets one DAG run at a time write this date's partitions (see aigc.lake.lease); the
+    ``aigc`` commands that write take the same one."""
+    from aigc.lake.lease import date_lease
 
-    return Lease(lake, f"{context['dag'].dag_id}/dt={date.isoformat()}")
+    return date_lease(lake, date, context["dag"].dag_id)
 
 
 def hold_partition(context: dict[str, Any], lake, date: dt.date) -> dict:
@@ -121,7 +117,9 @@ def hold_partition(context: dict[str, Any], lake, date: dt.date) -> dict:
 
     The owner is the DAG run id, so every task and every retry of one run share the lease.
     """
-    return partition_lease(context, lake, date).hold(context["dag_run"].run_id, PARTITION_LEASE_TTL)
+    from aigc.config import DATE_LEASE_TTL
+
+    return partition_lease(context, lake, date).hold(context["dag_run"].run_id, DATE_LEASE_TTL)
 
 
 def pipeline_config(params: dict[str, Any]):

@@ -53,7 +53,8 @@ def assert_published(lake, date):
     manifest = lake.get_json(f"{pointer['run_prefix']}/_manifest.json")
     assert manifest["rows"] >= 200 and manifest["input_records"] == 300
     assert manifest["input_records"] == manifest["rows"] + sum(manifest["quarantined"].values())
-    assert resolve(lake, partition("quarantine", "shapes", date))["run_id"] == pointer["run_id"]
+    assert pointer["companions"] == {partition("quarantine", "shapes", date):
+                                     f"{partition('quarantine', 'shapes', date)}/run={pointer['run_id']}"}
     gate = lake.get_json(f"quality/curated/dt={date}/run={pointer['run_id']}/result.json")
     assert gate["success"] and lake.exists(f"quality/curated/dt={date}/run={pointer['run_id']}/data_docs/index.html")
     return pointer

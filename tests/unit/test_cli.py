@@ -81,6 +81,27 @@ def test_make_raw_prepare_status_on_s3(capsys, monkeypatch, s3_server):
     make_prepare_status(capsys, lake)
 
 
+def test_a_command_refuses_a_date_a_dag_run_is_writing_and_releases_its_own(capsys, tmp_path):
+    import datetime as dt
+
+    from aigc.lake import LocalLake
+    from aigc.lake.lease import date_lease
+
+    lake = LocalLake(tmp_path / "lake")
+    rc, _, _ = aigc(capsys, *MAKE_RAW, "--lake", lake.uri)
+    lease = date_lease(lake, DATE)
+    lease.hold("scheduled__2026-11-28T00:00:00+00:00", dt.timedelta(hours=1))  # a DAG run of the date
+    rc, summary, err = aigc(capsys, *PREPARE, "--lake", lake.uri)
+    assert rc == 1 and summary["ok"] is False
+    assert error_line(err).startswith(f"error: DateBusy: {DATE} is being written by 'scheduled__2026-11-28T00:00:00")
+    assert "run the command again once it has finished" in err
+    assert not lake.list("curated") and not lake.list("quarantine")  # refused before writing anything
+    lease.release("scheduled__2026-11-28T00:00:00+00:00")
+    rc, summary, _ = aigc(capsys, *PREPARE, "--lake", lake.uri)
+    assert rc == 0 and summary["published"] is True
+    assert lease.read() == (None, None)  # the command gave the date back
+
+
 def test_make_raw_is_deterministic(capsys, tmp_path):
     _, a, _ = aigc(capsys, *MAKE_RAW, "--lake", str(tmp_path / "a"))
     _, b, _ = aigc(capsys, *MAKE_RAW, "--lake", str(tmp_path / "b"))

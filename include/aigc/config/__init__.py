@@ -8,6 +8,7 @@ flag is fixed from the message alone.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,11 +26,18 @@ from aigc.config.serving import (
 from aigc.config.training import GRAD_COMPRESSIONS, PRECISIONS, ModelConfig, TrainConfig, TrainingGateThresholds
 
 __all__ = [
-    "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "RESOLUTIONS", "VARIANTS", "BatchingConfig", "CuratedGateThresholds",
-    "DeployConfig", "DeployGateThresholds", "EvaluateConfig", "EvaluationGateThresholds", "GenerateConfig",
-    "GenerateGateThresholds", "ModelConfig", "PipelineConfig", "PrepareConfig", "RawDropConfig", "TrainConfig",
-    "TrainingGateThresholds", "preset",
+    "DATE_LEASE_TTL", "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "RESOLUTIONS", "VARIANTS", "BatchingConfig",
+    "CuratedGateThresholds", "DeployConfig", "DeployGateThresholds", "EvaluateConfig", "EvaluationGateThresholds",
+    "GenerateConfig", "GenerateGateThresholds", "ModelConfig", "PipelineConfig", "PrepareConfig", "RawDropConfig",
+    "TrainConfig", "TrainingGateThresholds", "preset",
 ]
+
+
+DATE_LEASE_TTL = dt.timedelta(hours=10)
+"""How long a run (a DAG run or an ``aigc`` command) holds a date between renewals: longer than the longest
+task (training's execution_timeout is 8 h), so a live run never loses its date mid-task; a run that died
+without releasing blocks the date this long at most. (Here, not in aigc.lake.lease: the DAG file reads it
+at parse time, and the lake package imports boto3 and pyarrow.)"""
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import random
-import time
 from dataclasses import dataclass
 
-from aigc.lake.base import Lake, ObjectNotFound, PreconditionFailed, json_bytes
+from aigc.lake.base import Lake, ObjectNotFound
+from aigc.lake.cas import update_json
 from aigc.lake.keys import join
 
 LEASES = "leases"
-MAX_CAS_ATTEMPTS = 20
 
 
 class LeaseHeld(RuntimeError):
@@ -59,28 +57,18 @@ class Lease:
         Raises LeaseHeld while another owner's lease is unexpired. Safe to call from parallel
         tasks of one owner: a lost race against oneself re-reads and finds oneself the holder.
         """
-        for _ in range(MAX_CAS_ATTEMPTS):
+        def take(holder: dict | None) -> dict:
             moment = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
-            holder, etag = self.read()
             if holder is not None and holder["owner"] != owner and _expires(holder) > moment:
                 raise LeaseHeld(self.name, holder)
-            record = {
-                "owner": owner,
-                "acquired_at": holder["acquired_at"] if holder and holder["owner"] == owner
-                else moment.isoformat(timespec="seconds"),
-                "renewed_at": moment.isoformat(timespec="seconds"),
-                "expires_at": (moment + ttl).isoformat(timespec="seconds"),
-                "taken_over_from": holder["owner"] if holder and holder["owner"] != owner else None,
-            }
-            try:
-                if etag is None:
-                    self.lake.put_if_absent(self.key, json_bytes(record))
-                else:
-                    self.lake.put_if_match(self.key, json_bytes(record), etag)
-                return record
-            except PreconditionFailed:
-                time.sleep(random.uniform(0, 0.05))  # someone wrote meanwhile: look again
-        raise PreconditionFailed(f"gave up on lease {self.lake.url(self.key)} after {MAX_CAS_ATTEMPTS} races")
+            mine = holder is not None and holder["owner"] == owner
+            return {"owner": owner,
+                    "acquired_at": holder["acquired_at"] if mine else moment.isoformat(timespec="seconds"),
+                    "renewed_at": moment.isoformat(timespec="seconds"),
+                    "expires_at": (moment + ttl).isoformat(timespec="seconds"),
+                    "taken_over_from": holder["owner"] if holder and not mine else None}
+
+        return update_json(self.lake, self.key, take, what="lease")
 
     def release(self, owner: str) -> bool:
         """Give the lease up if ``owner`` holds it; True if it was released.
@@ -92,6 +80,15 @@ class Lease:
             return False
         self.lake.delete(self.key)
         return True
+
+
+PIPELINE = "aigc_pipeline"
+"""The DAG id whose runs, and the CLI, share one lease per date."""
+
+
+def date_lease(lake: Lake, date: dt.date | str, pipeline: str = PIPELINE) -> Lease:
+    """The lease that lets one run at a time (a DAG run or an ``aigc`` command) write a date's partitions."""
+    return Lease(lake, f"{pipeline}/dt={date if isinstance(date, str) else date.isoformat()}")
 
 
 def _expires(holder: dict) -> dt.datetime:

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import random
 import secrets
-import time
+from collections.abc import Sequence
 
-from aigc.lake.base import Lake, ObjectNotFound, PreconditionFailed, json_bytes
+from aigc.lake.base import Lake, ObjectNotFound
+from aigc.lake.cas import update_json
 from aigc.lake.keys import join, run_prefix, validate_run_id
 
 POINTER = "_PUBLISHED.json"
-MAX_CAS_ATTEMPTS = 20
 STALE_AFTER = dt.timedelta(hours=24)
 _RUN_TIME = "%Y%m%dT%H%M%S%fZ"
 
@@ -57,38 +56,37 @@ def resolve(lake: Lake, partition: str) -> dict:
         raise NotPublished(f"nothing is published at {lake.url(partition)} (no {POINTER})") from None
 
 
-def publish(lake: Lake, partition: str, run_id: str, **fields) -> dict:
-    """Point ``partition`` at ``run_id`` atomically and garbage-collect superseded runs."""
+def publish(lake: Lake, partition: str, run_id: str, companions: Sequence[str] = (), **fields) -> dict:
+    """Point ``partition`` at ``run_id`` atomically and garbage-collect superseded runs.
+
+    ``companions``: other partitions whose ``run=<run_id>`` folders belong to the same publication (a
+    run's quarantine beside its curated data). They get no pointer of their own: this one names them
+    (``companions``: partition → run prefix), so one conditional write publishes them all, a reader
+    never sees one run's data with another's quarantine, and a failed write leaves the previous
+    publication whole. Their folders are collected with this partition's."""
     run_key = run_prefix(partition, validate_run_id(run_id))
-    if not lake.list(run_key):
-        raise ObjectNotFound(f"cannot publish {lake.url(run_key)}: the run folder is empty or missing")
+    for part in (partition, *companions):
+        if not lake.list(run_prefix(part, run_id)):
+            raise ObjectNotFound(f"cannot publish {lake.url(run_prefix(part, run_id))}: the run folder is empty "
+                                 "or missing")
+    if companions:
+        fields["companions"] = {part: run_prefix(part, run_id) for part in companions}
     pointer_key = join(partition, POINTER)
-    for _ in range(MAX_CAS_ATTEMPTS):
-        try:
-            raw, etag = lake.get_with_etag(pointer_key)
-            previous = json.loads(raw)
-        except ObjectNotFound:
-            etag, previous = None, None
-        pointer = {
-            "run_id": run_id,
-            "run_prefix": run_key,
-            "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "previous_run_id": previous["run_id"] if previous else None,
-            **fields,
-        }
-        try:
-            if etag is None:
-                lake.put_if_absent(pointer_key, json_bytes(pointer))
-            else:
-                lake.put_if_match(pointer_key, json_bytes(pointer), etag)
-            break
-        except PreconditionFailed:
-            # Another run published meanwhile: re-read and try again, after a jittered pause.
-            time.sleep(random.uniform(0, 0.05))
-    else:
-        raise PreconditionFailed(f"gave up publishing {lake.url(pointer_key)} after {MAX_CAS_ATTEMPTS} races")
+    seen: dict = {}
+
+    def point(previous: dict | None) -> dict:
+        if previous and previous["run_id"] == run_id:  # publishing again: the run it replaced stays the previous
+            previous = {"run_id": previous.get("previous_run_id"), "previous_run_id": None}
+        seen["previous"] = previous
+        return {"run_id": run_id, "run_prefix": run_key,
+                "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "previous_run_id": previous["run_id"] if previous else None, **fields}
+
+    pointer = update_json(lake, pointer_key, point, what="publication")
+    previous = seen["previous"]
     superseded = previous.get("previous_run_id") if previous else None
-    _collect_garbage(lake, partition, keep={run_id, pointer["previous_run_id"]}, superseded=superseded)
+    for part in (partition, *companions):
+        _collect_garbage(lake, part, keep={run_id, pointer["previous_run_id"]}, superseded=superseded)
     return pointer
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import io
 import os
+import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,10 +18,14 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import (
     ClientError,
+    ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    IncompleteReadError,
     NoCredentialsError,
     PartialCredentialsError,
+    ReadTimeoutError,
+    ResponseStreamingError,
 )
 
 from aigc.lake.base import Lake, ObjectNotFound, PreconditionFailed
@@ -81,13 +87,32 @@ def _unreachable(lake: S3Lake, error: Exception) -> LakeUnreachable | None:
     return LakeUnreachable(lake.explain(error)) if refused or isinstance(error, _UNREACHABLE) else None
 
 
+class LakeRequestFailed(RuntimeError):
+    """An S3 request that failed after its retries: the message names the operation, the object and the lake."""
+
+
+# A body cut off after the response began: botocore's retry loop has already returned by then.
+# (botocore's StreamingBody turns urllib3's protocol errors and read timeouts into these.)
+_CUT_BODY = (ResponseStreamingError, IncompleteReadError, ReadTimeoutError, ConnectionClosedError)
+
+
+def _failed(lake: S3Lake, error: Exception, key: str | None) -> Exception:
+    if unreachable := _unreachable(lake, error):
+        return unreachable
+    if not isinstance(error, ClientError):
+        return error
+    operation = getattr(error, "operation_name", "request")
+    target = lake.url(key) if key is not None else lake.uri
+    return LakeRequestFailed(f"{operation} {target} failed: {error}; {lake._what_to_check()}")
+
+
 def _explained(method):
     @functools.wraps(method)
     def wrapper(self: S3Lake, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
         except (ClientError, *_UNREACHABLE) as e:
-            raise (_unreachable(self, e) or e) from e
+            raise _failed(self, e, args[0] if args and isinstance(args[0], str) else None) from e
     return wrapper
 
 
@@ -109,6 +134,11 @@ class S3Lake(Lake):
                 "aws_default connection (login, password, extra.endpoint_url), e.g. AIRFLOW_CONN_AWS_DEFAULT="
                 '\'{"conn_type": "aws", "login": "…", "password": "…", "extra": {"endpoint_url": '
                 '"http://127.0.0.1:9000"}}\'. The bucket must exist.')
+
+    def _what_to_check(self) -> str:
+        endpoint = self.options.endpoint_url or "AWS S3 itself"
+        return (f"the lake is {self.uri} at {endpoint}: check that the endpoint is up, the credentials "
+                f"are accepted and the bucket {self.bucket!r} exists")
 
     def __getstate__(self) -> dict:
         # Clients and connection pools do not cross process boundaries: rebuild them lazily.
@@ -154,8 +184,11 @@ class S3Lake(Lake):
                 raise PreconditionFailed(f"conditional write to {self.url(key)} lost a race: {e}") from None
             raise
 
-    @_explained
     def _get(self, key: str) -> tuple[bytes, str]:
+        return self._read_whole(key)
+
+    @_explained
+    def _get_once(self, key: str) -> tuple[bytes, str]:
         try:
             obj = self.client.get_object(Bucket=self.bucket, Key=self._k(key))
         except ClientError as e:
@@ -163,6 +196,19 @@ class S3Lake(Lake):
                 raise ObjectNotFound(f"{self.url(key)} does not exist") from None
             raise
         return obj["Body"].read(), obj["ETag"]
+
+    def _read_whole(self, key: str) -> tuple[bytes, str]:
+        """GET with the body read inside the retry: botocore retries the request, not a body cut
+        mid-way (a reset connection, a short read), so such a body is fetched again, with backoff."""
+        for attempt in range(1, self.options.max_attempts + 1):
+            try:
+                return self._get_once(key)
+            except _CUT_BODY as e:
+                if attempt == self.options.max_attempts:
+                    raise LakeRequestFailed(f"GetObject {self.url(key)}: the body was cut off {attempt} times in a "
+                                            f"row ({type(e).__name__}: {e}); {self._what_to_check()}") from e
+                time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
+        raise AssertionError("unreachable")
 
     @_explained
     def _head(self, key: str) -> dict | None:
@@ -191,7 +237,7 @@ class S3Lake(Lake):
                 for obj in page.get("Contents", []):
                     yield obj["Key"][strip:]
         except (ClientError, *_UNREACHABLE) as e:
-            raise (_unreachable(self, e) or e) from e
+            raise _failed(self, e, prefix) from e
 
     @_explained
     def _delete(self, key: str) -> None:

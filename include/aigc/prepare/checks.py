@@ -47,6 +47,8 @@ _MASK_MARGIN = 48  # grey levels from the background that make a thumbnail cell 
 class Rejected:
     reason: str
     detail: str
+    record: dict | None = None
+    """The parsed record when the line was one (its id goes to quarantine), None when it was not."""
 
     def __post_init__(self) -> None:
         assert self.reason in REASONS, self.reason
@@ -77,7 +79,7 @@ def parse_line(data: bytes) -> dict | Rejected:
     try:
         validate_key(record["image"])  # a record must not point outside its drop
     except LakeKeyError as e:
-        return Rejected("image_key_invalid", str(e))
+        return Rejected("image_key_invalid", str(e), record)
     return record
 
 

@@ -153,11 +153,12 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
 
 
 def publish_prepared(lake: Lake, dataset: str, date: str | dt.date, run_id: str) -> dict:
-    """Publish a gated run: quarantine first, curated last (curated is what stage 2 follows)."""
-    q = publish(lake, partition("quarantine", dataset, date), run_id)
-    c = publish(lake, partition("curated", dataset, date), run_id, manifest=MANIFEST)
+    """Publish a gated run: one pointer, the curated partition's, names the run's curated data and its
+    quarantine, so both move together or neither does."""
+    quarantine = partition("quarantine", dataset, date)
+    c = publish(lake, partition("curated", dataset, date), run_id, companions=[quarantine], manifest=MANIFEST)
     return {"stage": "publish", "date": parse_date(date).isoformat(), "run_id": run_id,
-            "curated_uri": lake.url(c["run_prefix"]), "quarantine_uri": lake.url(q["run_prefix"]),
+            "curated_uri": lake.url(c["run_prefix"]), "quarantine_uri": lake.url(c["companions"][quarantine]),
             "replaced_run_id": c["previous_run_id"]}
 
 

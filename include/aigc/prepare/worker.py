@@ -58,7 +58,7 @@ def examine_lines(lines: list[RawLine]) -> Examined:
     outcomes, rows = [], []
     for p in parsed:
         if isinstance(p, Rejected):
-            outcomes.append((None, None, p))
+            outcomes.append((p.record, None, p))
             continue
         image, verdict = next(checked)
         if isinstance(verdict, Rejected):

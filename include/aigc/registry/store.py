@@ -18,12 +18,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import random
 import re
-import time
 
 from aigc.lake import Lake
-from aigc.lake.base import ObjectNotFound, PreconditionFailed, json_bytes
+from aigc.lake.base import ObjectNotFound, PreconditionFailed
+from aigc.lake.cas import create_json, update_json
 from aigc.lake.keys import join, validate_name
 
 ALIASES = ("candidate", "production", "previous")
@@ -97,32 +96,31 @@ class Registry:
         number = max(taken, default=0) + 1
         for _ in range(_CAS_ATTEMPTS):
             version = version_name(number)
-            try:
-                self.lake.put_if_absent(join(self.prefix, version, "_CLAIM.json"),
-                                        json_bytes({"version": version, "claimed_at": _now()}))
+            if create_json(self.lake, join(self.prefix, version, "_CLAIM.json"),
+                           {"version": version, "claimed_at": _now()}):
                 return version, join(self.prefix, version)
-            except PreconditionFailed:
-                number += 1  # another run took it first
+            number += 1  # another run took it first
         raise PreconditionFailed(f"could not claim a version number under {self.lake.url(self.prefix)}")
 
     def complete(self, version: str, record: dict) -> dict:
         """Write version.json (once): from now on the version exists and aliases may point at it."""
         record = {"model": self.name, "version": version, "registered_at": _now(), **record}
-        self.lake.put_if_absent(join(self.version_prefix(version), VERSION_FILE), json_bytes(record))
-        return record
+        key = join(self.version_prefix(version), VERSION_FILE)
+        written = create_json(self.lake, key, record)
+        if written is None:
+            raise PreconditionFailed(f"{self.lake.url(key)} was written by another run: version {version} is not ours")
+        return written
 
     def update_record(self, version: str, **fields) -> dict:
         """Add fields (variants, smoke-test verdicts) to a version's record; weights never change."""
         key = join(self.version_prefix(version), VERSION_FILE)
-        for _ in range(_CAS_ATTEMPTS):
-            raw, etag = self.lake.get_with_etag(key)
-            record = {**self._parse(raw, key), **fields}
-            try:
-                self.lake.put_if_match(key, json_bytes(record), etag)
-                return record
-            except PreconditionFailed:
-                time.sleep(random.uniform(0, 0.05))
-        raise PreconditionFailed(f"gave up updating {self.lake.url(key)} after {_CAS_ATTEMPTS} races")
+
+        def add(record: dict | None) -> dict:
+            if record is None:
+                raise VersionNotFound(f"{self.lake.url(key)} does not exist: version {version} was never completed")
+            return {**record, **fields}
+
+        return update_json(self.lake, key, add, what="record update", parse=self._parse_url)
 
     # -- aliases ------------------------------------------------------------------------
     def aliases(self) -> dict:
@@ -173,12 +171,9 @@ class Registry:
 
     def _update(self, change, reason: str) -> dict:
         key = join(self.prefix, ALIAS_FILE)
-        for _ in range(_CAS_ATTEMPTS):
-            try:
-                raw, etag = self.lake.get_with_etag(key)
-                doc = self._parse(raw, key)
-            except ObjectNotFound:
-                doc, etag = {"aliases": {}, "history": []}, None
+
+        def apply(doc: dict | None) -> dict:
+            doc = doc or {"aliases": {}, "history": []}
             aliases = dict(doc["aliases"])
             moves = change(aliases)
             at = _now()
@@ -189,29 +184,25 @@ class Registry:
                     aliases[alias] = new
             history = doc["history"] + [{"alias": a, "from": o, "to": n, "at": at, "reason": reason}
                                         for a, o, n in moves]
-            new_doc = {"model": self.name, "aliases": aliases, "history": history, "updated_at": at}
-            try:
-                if etag is None:
-                    self.lake.put_if_absent(key, json_bytes(new_doc))
-                else:
-                    self.lake.put_if_match(key, json_bytes(new_doc), etag)
-                return new_doc
-            except PreconditionFailed:
-                time.sleep(random.uniform(0, 0.05))  # another move won: re-read and re-apply
-        raise PreconditionFailed(f"gave up moving aliases in {self.lake.url(key)} after {_CAS_ATTEMPTS} races")
+            return {"model": self.name, "aliases": aliases, "history": history, "updated_at": at}
+
+        return update_json(self.lake, key, apply, what="alias move", parse=self._parse_url)
 
     # -- helpers ------------------------------------------------------------------------
     def _read_json(self, key: str) -> dict:
         return self._parse(self.lake.get_bytes(key), key)
 
     def _parse(self, raw: bytes, key: str) -> dict:
+        return self._parse_url(raw, self.lake.url(key))
+
+    @staticmethod
+    def _parse_url(raw: bytes, url: str) -> dict:
         try:
             doc = json.loads(raw)
         except ValueError as e:
-            raise RegistryCorrupt(f"{self.lake.url(key)} is not valid JSON ({e}); fix or restore it "
-                                  "(nothing was changed)") from None
+            raise RegistryCorrupt(f"{url} is not valid JSON ({e}); fix or restore it (nothing was changed)") from None
         if not isinstance(doc, dict):
-            raise RegistryCorrupt(f"{self.lake.url(key)} must hold a JSON object, got {type(doc).__name__}")
+            raise RegistryCorrupt(f"{url} must hold a JSON object, got {type(doc).__name__}")
         return doc
 
 

@@ -1,9 +1,11 @@
 """Checkpoints in the lake: written whole, then pointed at; loaded only as plain tensors.
 
-``checkpoints/step-NNNNNNN.pt`` is written first and ``checkpoints/LATEST.json`` (step, key,
-sha256) last, so a process killed mid-write leaves the previous checkpoint in charge. Loading
-checks the hash and uses ``torch.load(weights_only=True)``: a pickle that would run code, or a
-file that is not what the pointer says, is refused with the reason.
+``checkpoints/step-NNNNNNN.pt`` is written first, then its record ``step-NNNNNNN.json`` (step,
+key, sha256), then ``checkpoints/LATEST.json`` (the same record) last, so a process killed
+mid-write leaves the previous checkpoint in charge. Loading checks the hash and uses
+``torch.load(weights_only=True)``: a pickle that would run code, or a file that is not what its
+record says, is refused with the reason, and the previous checkpoint (the newest two are kept) is
+tried instead, with a warning; only when none is valid does the run stop, naming each one and why.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 
 import torch
 
-from aigc.lake import Lake
+from aigc.lake import Lake, ObjectNotFound
 from aigc.lake.keys import join
 
 log = logging.getLogger(__name__)
@@ -40,29 +42,71 @@ def save_checkpoint(lake: Lake, run_prefix: str, step: int, state: dict) -> dict
     lake.put_bytes(key, data)
     pointer = {"step": step, "key": key, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
                "saved_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    lake.put_json(key.removesuffix(".pt") + ".json", pointer)
     lake.put_json(join(run_prefix, DIR, LATEST), pointer)
-    for old in sorted(k for k in lake.list(join(run_prefix, DIR)) if k.endswith(".pt"))[:-KEEP]:
-        lake.delete(old)
+    for suffix in (".pt", ".json"):
+        steps = sorted(k for k in lake.list(join(run_prefix, DIR)) if k.endswith(suffix) and "/step-" in k)
+        for old in steps[:-KEEP]:
+            lake.delete(old)
     return pointer
 
 
 def load_latest(lake: Lake, run_prefix: str) -> tuple[dict, dict] | None:
-    """(pointer, state) of the newest checkpoint of a run, or None if it has none."""
-    pointer_key = join(run_prefix, DIR, LATEST)
-    if not lake.exists(pointer_key):
-        return None
-    pointer = lake.get_json(pointer_key)
-    data = lake.get_bytes(pointer["key"])
+    """(pointer, state) of the newest valid checkpoint of a run, or None if it has none.
+
+    A corrupt newest checkpoint falls back to the one before it (``pointer["fell_back_from"]`` says
+    which and why); CorruptCheckpoint only when none of them is valid."""
+    refused: list[str] = []
+    for pointer in _candidates(lake, run_prefix, refused):
+        try:
+            state = _load(lake, pointer)
+        except CorruptCheckpoint as e:
+            log.warning("%s; trying the checkpoint before it", e)
+            refused.append(str(e))
+            continue
+        if refused:
+            log.warning("resuming from %s (step %d) instead of a newer checkpoint that was refused",
+                        lake.url(pointer["key"]), pointer["step"])
+        return {**pointer, "fell_back_from": refused}, state
+    if refused:
+        raise CorruptCheckpoint(f"no valid checkpoint under {lake.url(join(run_prefix, DIR))}: {'; '.join(refused)}. "
+                                "Delete that folder to train this run from step 0, or start a new run (--run-id)")
+    return None
+
+
+def _candidates(lake: Lake, run_prefix: str, refused: list[str]) -> list[dict]:
+    """The checkpoint records, newest first: LATEST.json's, then every step record still kept."""
+    records = []
+    for key in [join(run_prefix, DIR, LATEST)] + sorted(
+            (k for k in lake.list(join(run_prefix, DIR)) if k.endswith(".json") and "/step-" in k), reverse=True):
+        try:
+            record = lake.get_json(key)
+            missing = [k for k in ("step", "key", "sha256") if k not in record]
+        except ObjectNotFound:
+            continue
+        except (ValueError, TypeError) as e:
+            missing = [f"valid JSON ({e})"]
+        if missing:
+            refused.append(f"checkpoint record {lake.url(key)} is unreadable (no {', '.join(missing)})")
+        elif record["key"] not in {r["key"] for r in records}:  # LATEST.json repeats the newest step's record
+            records.append(record)
+    return sorted(records, key=lambda r: -r["step"])
+
+
+def _load(lake: Lake, pointer: dict) -> dict:
+    try:
+        data = lake.get_bytes(pointer["key"])
+    except ObjectNotFound:
+        raise CorruptCheckpoint(f"checkpoint {lake.url(pointer['key'])} is missing") from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != pointer["sha256"]:
-        raise CorruptCheckpoint(f"checkpoint {lake.url(pointer['key'])} has sha256 {digest[:12]}…, its pointer "
-                                f"{lake.url(pointer_key)} expects {pointer['sha256'][:12]}…: corrupt or replaced")
+        raise CorruptCheckpoint(f"checkpoint {lake.url(pointer['key'])} has sha256 {digest[:12]}…, its record "
+                                f"expects {pointer['sha256'][:12]}…: corrupt or replaced")
     try:
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:
         raise CorruptCheckpoint(f"checkpoint {lake.url(pointer['key'])} cannot be loaded as plain tensors "
                                 f"(torch.load weights_only=True): {type(e).__name__}: {e}") from e
-    return pointer, state
 
 
 def check_resumable(saved: dict, current: dict, where: str) -> None:

@@ -67,7 +67,9 @@ def test_missing_or_non_string_fields_are_named(data, missing):
     ("/abs", "is absolute"), ("C:/x.png", "is absolute"), ("", "is empty"), ("a\\b.png", "backslash"),
 ])
 def test_image_keys_that_could_leave_the_drop_are_refused(key, why):
-    assert why in rejected(parse_line(line(image=key)), "image_key_invalid")
+    result = parse_line(line(image=key))
+    assert why in rejected(result, "image_key_invalid")
+    assert result.record["image"] == key and result.record["id"]  # its valid id goes to quarantine with it
 
 
 def test_an_escaped_lone_surrogate_is_rejected_not_passed_on():

@@ -107,7 +107,13 @@ def test_nothing_is_published_until_publish_and_rerun_replaces(lake, dirty):
     out = publish_prepared(lake, "shapes", DATE, second["run_id"])
     assert out["replaced_run_id"] == first["run_id"]
     assert resolve(lake, partition("curated", "shapes", DATE))["run_id"] == second["run_id"]
-    assert resolve(lake, partition("quarantine", "shapes", DATE))["run_id"] == second["run_id"]
+    pointer = resolve(lake, partition("curated", "shapes", DATE))
+    quarantine = partition("quarantine", "shapes", DATE)
+    assert pointer["companions"] == {quarantine: f"{quarantine}/run={second['run_id']}"}  # one pointer for both
+    third = prepare(raw, lake, DATE, CFG)
+    publish_prepared(lake, "shapes", DATE, third["run_id"])
+    kept = {k.split("/")[3] for k in lake.list(quarantine)}
+    assert kept == {f"run={second['run_id']}", f"run={third['run_id']}"}  # the quarantine is collected alike
 
 
 def test_a_missing_drop_fails_with_where_and_how(lake):

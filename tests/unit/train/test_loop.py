@@ -91,8 +91,24 @@ def test_a_tampered_checkpoint_is_refused_by_its_hash(curated_lake):
     data = bytearray(curated_lake.get_bytes(pointer["key"]))
     data[-10] ^= 0xFF
     curated_lake.put_bytes(pointer["key"], bytes(data))
-    with pytest.raises(CorruptCheckpoint, match="sha256 .* expects"):
+    with pytest.raises(CorruptCheckpoint, match="no valid checkpoint .*sha256 .* expects.*start a new run"):
         train(curated_lake, tiny_config(steps=6), run_id=run_id)
+
+
+def test_a_corrupt_latest_checkpoint_falls_back_to_the_one_before(curated_lake, caplog):
+    run_id = "20261120T000000000000Z-fall01"
+    cfg = tiny_config()  # 12 steps, a checkpoint every 6: steps 6 and 12 are kept
+    whole = train(curated_lake, cfg, run_id="20261120T000000000000Z-fall00")
+    first = train(curated_lake, cfg, run_id=run_id)
+    pointer = _pointer(curated_lake, run_id)
+    assert pointer["step"] == 12
+    curated_lake.put_bytes(pointer["key"], curated_lake.get_bytes(pointer["key"])[:-100])  # truncated
+    again = train(curated_lake, cfg, run_id=run_id)
+    assert again["resumed_from_step"] == 6 and again["steps"] == 12  # from the previous valid one, to the end
+    assert "step-0000012.pt has sha256" in caplog.text and "resuming from" in caplog.text
+    assert again["final_val_loss"] == pytest.approx(whole["final_val_loss"], rel=1e-4) == first["final_val_loss"]
+    steps = curated_lake.read_parquet([join(training_run_prefix("shapes-cvae", DATE, run_id), METRICS)])
+    assert steps.to_pandas()["step"].tolist() == list(range(13))  # one metrics row per step
 
 
 class NotATensor:
@@ -155,6 +171,6 @@ def test_checkpoints_keep_only_the_newest_two(curated_lake):
     for step in (1, 2, 3):
         save_checkpoint(curated_lake, prefix, step, {"step": step, "w": torch.zeros(2)})
     kept = sorted(k.rsplit("/", 1)[-1] for k in curated_lake.list(join(prefix, DIR)))
-    assert kept == ["LATEST.json", "step-0000002.pt", "step-0000003.pt"]
+    assert kept == ["LATEST.json", "step-0000002.json", "step-0000002.pt", "step-0000003.json", "step-0000003.pt"]
     state = torch.load(io.BytesIO(curated_lake.get_bytes(join(prefix, DIR, "step-0000003.pt"))), weights_only=True)
     assert state["step"] == 3
