@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import datetime as dt
 import json
 import logging
 import os
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 from aigc.config import PipelineConfig, preset
@@ -417,24 +419,44 @@ class DateBusy(RuntimeError):
     """Another run (a DAG run or another command) is writing the date."""
 
 
+CLI_LEASE_TTL = dt.timedelta(minutes=5)
+"""A command renews its lease every minute while it runs: one killed outright (SIGKILL, no cleanup) holds the date
+5 minutes at most, not the 10 hours a DAG run's lease lasts."""
+
+
 @contextlib.contextmanager
 def _date_lease(args: argparse.Namespace) -> Iterator[None]:
     if args.command not in WRITES or getattr(args, "worker", False):  # a torchrun worker: its launcher holds it
         yield
         return
-    from aigc.config import DATE_LEASE_TTL
     from aigc.lake.lease import LeaseHeld, date_lease
 
     lease = date_lease(open_lake(args.lake), args.date)
-    owner = f"aigc {args.command} on {socket.gethostname()} (pid {os.getpid()})"
+    # A retry of a run (--run-id) is the same owner as the attempt that died: it takes the lease over at once.
+    run_id = getattr(args, "run_id", None)
+    owner = (f"aigc {args.command} run {run_id}" if run_id
+             else f"aigc {args.command} on {socket.gethostname()} (pid {os.getpid()})")
     try:
-        lease.hold(owner, DATE_LEASE_TTL)
+        lease.hold(owner, CLI_LEASE_TTL)
     except LeaseHeld as e:
         raise DateBusy(f"{args.date} is being written by {e.holder['owner']!r} (lease {lease.lake.url(lease.key)}, "
                        f"until {e.holder['expires_at']}): run the command again once it has finished") from None
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(CLI_LEASE_TTL.total_seconds() / 5):
+            try:
+                lease.hold(owner, CLI_LEASE_TTL)
+            except Exception as e:  # noqa: BLE001 - a renewal that fails is retried at the next tick
+                log.warning("could not renew the lease on %s: %s", args.date, e)
+
+    renewer = threading.Thread(target=renew, name="aigc-lease", daemon=True)
+    renewer.start()
     try:
         yield
     finally:
+        stop.set()
+        renewer.join()
         lease.release(owner)
 
 
