@@ -68,16 +68,22 @@ def test_twenty_percent_faults_change_nothing_that_is_read_or_published(s3_serve
                        rows_compared=sum(len(v["rows"]) for v in seen), rows_lost=0, half_published=0)
 
 
-def test_a_lost_reply_to_the_pointer_write_keeps_the_true_previous_run(s3_server, reliability_record):
-    plan = FaultPlan(rate=1.0, kinds=("lost",), only_methods=("PUT",), only_paths=("_PUBLISHED.json",), limit=1)
+def one_published_one_staged(s3_server, name: str):
+    """A fresh prefix with two runs (each with its quarantine), the older one published, written without faults."""
     with fault_proxy(s3_server.endpoint_url, FaultPlan(rate=0.0)) as clean:
-        prefix = f"lost-{uuid.uuid4().hex[:8]}"
+        prefix = f"{name}-{uuid.uuid4().hex[:8]}"
         lake = lake_via(clean, s3_server, prefix)
         old, new = new_run_id(), new_run_id()
         for run in (old, new):
             for part in (PART, QUARANTINE):
                 lake.put_bytes(join(run_prefix(part, run), "part-0.bin"), run.encode())
         publish(lake, PART, old, companions=[QUARANTINE])
+    return prefix, S3Lake(f"s3://{s3_server.bucket}/{prefix}", s3_server.options()), old, new
+
+
+def test_a_lost_reply_to_the_pointer_write_keeps_the_true_previous_run(s3_server, reliability_record):
+    plan = FaultPlan(rate=1.0, kinds=("lost",), only_methods=("PUT",), only_paths=("_PUBLISHED.json",), limit=1)
+    prefix, lake, old, new = one_published_one_staged(s3_server, "lost")
     with fault_proxy(s3_server.endpoint_url, plan) as proxy:
         pointer = publish(lake_via(proxy, s3_server, prefix), PART, new, companions=[QUARANTINE])
     assert proxy.counts["lost"] == 1
@@ -89,15 +95,8 @@ def test_a_lost_reply_to_the_pointer_write_keeps_the_true_previous_run(s3_server
 def test_a_pointer_write_that_keeps_failing_leaves_the_previous_publication_whole_and_says_where(
         s3_server, reliability_record):
     plan = FaultPlan(rate=1.0, kinds=("error",), only_methods=("PUT",), only_paths=("_PUBLISHED.json",))
-    with fault_proxy(s3_server.endpoint_url, FaultPlan(rate=0.0)) as clean:
-        prefix = f"down-{uuid.uuid4().hex[:8]}"
-        lake = lake_via(clean, s3_server, prefix)
-        old, new = new_run_id(), new_run_id()
-        for run in (old, new):
-            for part in (PART, QUARANTINE):
-                lake.put_bytes(join(run_prefix(part, run), "part-0.bin"), run.encode())
-        publish(lake, PART, old, companions=[QUARANTINE])
-        before = resolve(lake, PART)
+    prefix, lake, old, new = one_published_one_staged(s3_server, "down")
+    before = resolve(lake, PART)
     with fault_proxy(s3_server.endpoint_url, plan) as proxy, \
             pytest.raises(LakeRequestFailed, match=r"PutObject s3://.*/_PUBLISHED.json failed: .*(SlowDown|Internal)"
                                                    r".*check that the endpoint is up") as failure:
