@@ -15,7 +15,6 @@ import logging
 import os
 import socket
 import sys
-import threading
 from collections.abc import Callable, Iterator
 
 from aigc.config import PipelineConfig, preset
@@ -436,28 +435,14 @@ def _date_lease(args: argparse.Namespace) -> Iterator[None]:
     run_id = getattr(args, "run_id", None)
     owner = (f"aigc {args.command} run {run_id}" if run_id
              else f"aigc {args.command} on {socket.gethostname()} (pid {os.getpid()})")
-    try:
-        lease.hold(owner, CLI_LEASE_TTL)
-    except LeaseHeld as e:
-        raise DateBusy(f"{args.date} is being written by {e.holder['owner']!r} (lease {lease.lake.url(lease.key)}, "
-                       f"until {e.holder['expires_at']}): run the command again once it has finished") from None
-    stop = threading.Event()
-
-    def renew() -> None:
-        while not stop.wait(CLI_LEASE_TTL.total_seconds() / 5):
-            try:
-                lease.hold(owner, CLI_LEASE_TTL)
-            except Exception as e:  # noqa: BLE001 - a renewal that fails is retried at the next tick
-                log.warning("could not renew the lease on %s: %s", args.date, e)
-
-    renewer = threading.Thread(target=renew, name="aigc-lease", daemon=True)
-    renewer.start()
-    try:
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(lease.holding(owner, CLI_LEASE_TTL))
+        except LeaseHeld as e:
+            raise DateBusy(f"{args.date} is being written by {e.holder['owner']!r} (lease "
+                           f"{lease.lake.url(lease.key)}, until {e.holder['expires_at']}): run the command again "
+                           "once it has finished") from None
         yield
-    finally:
-        stop.set()
-        renewer.join()
-        lease.release(owner)
 
 
 def main(argv: list[str] | None = None) -> int:

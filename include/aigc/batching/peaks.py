@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 
 import torch
@@ -25,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 
-class PeakMeter:
+class PeakMeter(ABC):
     intrusive = False
     """True when measuring slows the batch: the batcher then does not judge that batch's speed."""
 
@@ -36,8 +37,9 @@ class PeakMeter:
     def measuring(self) -> Iterator[None]:
         yield
 
+    @abstractmethod
     def peak(self) -> float | None:
-        raise NotImplementedError
+        """The peak of the batch last run inside ``measuring()``, or None if it was not measured."""
 
 
 class ReportedPeaks(PeakMeter):

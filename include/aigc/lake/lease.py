@@ -14,14 +14,19 @@ that dies without releasing holds the date until the expiry, then anyone may tak
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import logging
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from aigc.lake.base import Lake, ObjectNotFound
 from aigc.lake.cas import update_json
 from aigc.lake.keys import join
 
+log = logging.getLogger(__name__)
 LEASES = "leases"
 
 
@@ -69,6 +74,30 @@ class Lease:
                     "taken_over_from": holder["owner"] if holder and not mine else None}
 
         return update_json(self.lake, self.key, take, what="lease")
+
+    @contextlib.contextmanager
+    def holding(self, owner: str, ttl: dt.timedelta) -> Iterator[dict]:
+        """Hold the lease for the ``with`` block, renewing it every fifth of ``ttl``, then release it: a
+        holder killed outright (no cleanup) blocks the lease for ``ttl`` at most. LeaseHeld if another
+        owner holds it; a renewal that fails is logged and tried again at the next tick."""
+        record = self.hold(owner, ttl)
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(ttl.total_seconds() / 5):
+                try:
+                    self.hold(owner, ttl)
+                except Exception as e:  # noqa: BLE001 - tried again at the next tick
+                    log.warning("could not renew lease %r: %s", self.name, e)
+
+        renewer = threading.Thread(target=renew, name=f"lease-{self.name}", daemon=True)
+        renewer.start()
+        try:
+            yield record
+        finally:
+            stop.set()
+            renewer.join()
+            self.release(owner)
 
     def release(self, owner: str) -> bool:
         """Give the lease up if ``owner`` holds it; True if it was released.

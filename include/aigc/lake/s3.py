@@ -184,9 +184,6 @@ class S3Lake(Lake):
                 raise PreconditionFailed(f"conditional write to {self.url(key)} lost a race: {e}") from None
             raise
 
-    def _get(self, key: str) -> tuple[bytes, str]:
-        return self._read_whole(key)
-
     @_explained
     def _get_once(self, key: str) -> tuple[bytes, str]:
         try:
@@ -197,7 +194,7 @@ class S3Lake(Lake):
             raise
         return obj["Body"].read(), obj["ETag"]
 
-    def _read_whole(self, key: str) -> tuple[bytes, str]:
+    def _get(self, key: str) -> tuple[bytes, str]:
         """GET with the body read inside the retry: botocore retries the request, not a body cut
         mid-way (a reset connection, a short read), so such a body is fetched again, with backoff."""
         for attempt in range(1, self.options.max_attempts + 1):
