@@ -26,6 +26,8 @@ export GX_ANALYTICS_ENABLED := False
 # Only for SQLite: point these elsewhere (or unset them) with a PostgreSQL sql_alchemy_conn.
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS ?= aigc_airflow.sqlite.CONNECT_ARGS
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC ?= aigc_airflow.sqlite.CONNECT_ARGS
+# A GPU task waits its turn (the `gpu` pool) up to 2 h, not Airflow's default 10 min (aigc.config.operations).
+export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT ?= 7200
 
 .PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench lint clean
 
@@ -51,7 +53,12 @@ $(AIRFLOW_HOME)/airflow.db: $(VENV)/.installed
 	mkdir -p $(AIRFLOW_HOME)
 	$(BIN)/airflow db migrate > $(AIRFLOW_HOME)/db-migrate.log 2>&1 || (cat $(AIRFLOW_HOME)/db-migrate.log; exit 1)
 
-install: $(AIRFLOW_HOME)/airflow.db
+# The pool GPU tasks (training, generation shards) take a slot of: one slot, one device.
+$(AIRFLOW_HOME)/.pools: $(AIRFLOW_HOME)/airflow.db
+	$(BIN)/airflow pools set gpu 1 "GPU slots: one per GPU on the gpu workers" > /dev/null
+	touch $@
+
+install: $(AIRFLOW_HOME)/.pools
 
 # Progress on the console (tasks, training, gates); the full task log in $(AIRFLOW_HOME)/demo.log;
 # `aigc status` at the end whether the run passed or failed.

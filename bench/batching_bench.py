@@ -20,8 +20,9 @@ token budget of 8 to 512 items of length 64, or up to the real budget where ther
 retried the same way; the seed article's batcher (×1.2 after a batch that fits, ×0.7 after an
 OOM, from 32, at most 512); and ours, ``AdaptiveBatcher``, cold (a run's first shard, learning from
 nothing) and warm (a later shard, starting from the sizes the shard before it learned). On the
-larger attention set the fixed sweep stops at 128 (256 and 512 take minutes a run there). The report says when a sweep's best is at
-its end, and after what share of the items ours first ran the size it settled on (one bucket).
+larger attention set the fixed sweep stops at 128 (256 and 512 take minutes a run there). The report
+says when a sweep's best is at its end, and after what share of the items ours first ran the size it
+settled on (one bucket).
 Conditions: no budget, and 2 % injected out-of-memory errors (``SimulatedOOM``, the same seed for
 every policy; no backoff sleep in any: the fixed baseline has none); and, on the attention
 workload, a budget (two of the longest items) enforced by an accountant whose per-item truth is

@@ -52,32 +52,36 @@ def cmd_make_raw(args: argparse.Namespace) -> dict:
 
 
 def cmd_prepare(args: argparse.Namespace) -> dict:
-    from aigc.prepare import prepare, publish_prepared
-    from aigc.quality.curated import validate_curated
+    from aigc.stages import PREPARE
 
     cfg = _config(args)
     lake = open_lake(args.lake)
-    summary = prepare(_raw_lake(args, cfg), lake, args.date, cfg.prepare)
+    summary = PREPARE.produce(_raw_lake(args, cfg), lake, args.date, cfg)
+    return {"command": "prepare", **summary, **_finish(PREPARE, args, lake, cfg, summary)}
+
+
+def _finish(stage, args: argparse.Namespace, lake, cfg: PipelineConfig, produced: dict) -> dict:
+    """Gate, then publish, as the stage's DAG does (``--no-gate``: neither)."""
     if args.no_gate:
-        return {"command": "prepare", **summary, "published": False}
-    gate = validate_curated(lake, cfg.prepare.dataset, args.date, summary["run_id"], cfg.curated_gate, cfg.prepare)
-    published = publish_prepared(lake, cfg.prepare.dataset, args.date, summary["run_id"])
-    return {"command": "prepare", **summary, "gate": gate["result_uri"], "published": True, **published}
+        return {"published": False}
+    done = stage.finish(lake, cfg, produced)
+    done.pop("gate_result")
+    return done
 
 
 def cmd_gate(args: argparse.Namespace) -> dict:
-    from aigc.quality.curated import validate_curated
+    from aigc.stages import PREPARE
 
     cfg = _config(args)
-    return {"command": "gate", **validate_curated(
-        open_lake(args.lake), cfg.prepare.dataset, args.date, args.run_id, cfg.curated_gate, cfg.prepare)}
+    return {"command": "gate", **PREPARE.gate(open_lake(args.lake), cfg, {"date": args.date, "run_id": args.run_id})}
 
 
 def cmd_publish(args: argparse.Namespace) -> dict:
-    from aigc.prepare import publish_prepared
+    from aigc.stages import PREPARE
 
     cfg = _config(args)
-    return {"command": "publish", **publish_prepared(open_lake(args.lake), cfg.prepare.dataset, args.date, args.run_id)}
+    return {"command": "publish", **PREPARE.publish(open_lake(args.lake), cfg, {"date": args.date,
+                                                                                "run_id": args.run_id})}
 
 
 def cmd_train(args: argparse.Namespace) -> dict | None:
@@ -88,74 +92,59 @@ def cmd_train(args: argparse.Namespace) -> dict | None:
 
         worker_main(args.lake, args.date, args.run_id, cfg)
         return None  # the launcher reports
-    from aigc.quality.training import publish_trained, validate_training
-    from aigc.train.launch import run_training
+    from aigc.stages import TRAIN
 
     lake = open_lake(args.lake)
-    summary = run_training(lake, args.date, cfg, run_id=args.run_id)
-    if args.no_gate:
-        return {"command": "train", **summary, "published": False}
-    gate = validate_training(lake, cfg.model.name, args.date, summary["run_id"], cfg.train_gate)
-    published = publish_trained(lake, cfg.model.name, args.date, summary["run_id"])
-    return {"command": "train", **summary, "gate": gate["result_uri"], "published": True,
-            "published_uri": published["run_uri"]}
+    summary = TRAIN.produce(lake, args.date, cfg, run_id=args.run_id)
+    return {"command": "train", **summary, **_finish(TRAIN, args, lake, cfg, summary)}
 
 
 def cmd_deploy(args: argparse.Namespace) -> dict:
     """Register the date's published model (or take --version), build its variants, run gate 3."""
-    from aigc.quality.deploy import smoke_test
-    from aigc.registry.deploy import build_variants, register_trained
+    from aigc.stages import DEPLOY
 
     cfg = _config(args)
     lake = open_lake(args.lake)
-    registered = None
-    if args.version is None:
-        registered = register_trained(lake, cfg.model.name, args.date)
+    registered = None if args.version else DEPLOY.register(lake, args.date, cfg)
     version = args.version or registered["version"]
-    built = build_variants(lake, cfg.model.name, version, cfg.deploy)
-    gate = smoke_test(lake, cfg.model.name, version, cfg.deploy_gate, args.date)
+    built = DEPLOY.build(lake, cfg, version)
+    gate = DEPLOY.gate(lake, cfg, {"version": version, "date": args.date})
     return {"command": "deploy", "model": cfg.model.name, "version": version,
             "registered": registered, "variants": built["variants"], "gate": gate["result_uri"],
             "eligible_variants": gate["eligible_variants"], "not_eligible": gate["not_eligible"]}
 
 
 def cmd_generate(args: argparse.Namespace) -> dict:
-    """Plan, generate every shard here (the DAG maps them over workers), gate 4, publish."""
-    from aigc.generate.run import finish_generation, generate_shard, plan_generation, publish_generations
+    """Plan, generate every shard here (the DAG maps them over workers), gate 4; publish when the model is
+    production (a candidate's run is published by `aigc evaluate`, after gate 5)."""
+    from aigc.generate.prompts import prompts_key_of
     from aigc.progress import progress
-    from aigc.quality.generation import validate_generation
+    from aigc.stages import GENERATE
 
     cfg = _config(args)
     lake = open_lake(args.lake)
-    plan = plan_generation(lake, args.date, cfg, run_id=args.run_id, demo_prompts=args.demo_prompts)
-    shards = [generate_shard(lake, plan, s, cfg) for s in progress(plan["shards"], desc="shards", unit="shard")]
-    summary = finish_generation(lake, plan, cfg)
+    plan = GENERATE.plan(lake, args.date, cfg, run_id=args.run_id, demo_prompts=args.demo_prompts,
+                         prompts_key=prompts_key_of(lake, args.prompts_uri) if args.prompts_uri else None)
+    shards = [GENERATE.shard(lake, plan, s, cfg) for s in progress(plan["shards"], desc="shards", unit="shard")]
+    summary = GENERATE.finish_run(lake, plan, cfg)
     batching = [s["batching"] for s in shards if "batching" in s]
     result = {"command": "generate", **summary, "shards": len(shards),
               "ooms": sum(b["ooms"] for b in batching), "batch_sizes": [b["learned_sizes"] for b in batching],
               "memory_prediction_error": [b["memory_prediction_error"] for b in batching]}
-    if args.no_gate:
-        return {**result, "published": False}
-    gate = validate_generation(lake, plan, cfg, cfg.generate_gate)
-    published = publish_generations(lake, cfg.model.name, args.date, plan["run_id"])
-    return {**result, "gate": gate["result_uri"], "published": True, "published_uri": published["run_uri"]}
+    return {**result, **_finish(GENERATE, args, lake, cfg, summary)}
 
 
 def cmd_evaluate(args: argparse.Namespace) -> dict:
     """Evaluate a generation run of the date (default: its newest), then gate 5, promote and publish."""
-    from aigc.evaluate.run import evaluate, latest_generation
+    from aigc.evaluate.run import latest_generation
     from aigc.lake.publish import new_run_id
-    from aigc.quality.evaluation import promote_and_publish, validate_evaluation
+    from aigc.stages import EVALUATE
 
     cfg = _config(args)
     lake = open_lake(args.lake)
     generation = latest_generation(lake, cfg.model.name, args.date, args.generation_run)
-    evaluated = evaluate(lake, generation, cfg, run_id=args.run_id or new_run_id())
-    if args.no_gate:
-        return {"command": "evaluate", **evaluated, "published": False}
-    gate = validate_evaluation(lake, evaluated, cfg.evaluate_gate)
-    return {"command": "evaluate", **evaluated, "gate": gate["result_uri"], "published": True,
-            **promote_and_publish(lake, evaluated, cfg)}
+    evaluated = EVALUATE.produce(lake, generation, cfg, run_id=args.run_id or new_run_id())
+    return {"command": "evaluate", **evaluated, **_finish(EVALUATE, args, lake, cfg, evaluated)}
 
 
 def cmd_registry(args: argparse.Namespace) -> dict:
@@ -376,10 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_flags(p, section, cls)
     _add_config_flags(p, "model", ModelConfig, only=("name",))
 
-    p = command("generate", cmd_generate, "generate images for the date's prompts; then gate 4 and publish")
+    p = command("generate", cmd_generate, "generate images for the date's prompts; gate 4; publish if the model "
+                                          "is production (--model-ref production), else leave it to aigc evaluate")
     p.add_argument("--run-id", default=None, help="finish this run (shards already done are kept)")
     p.add_argument("--demo-prompts", action="store_true",
                    help="no prompt file for the date: write the demo set (held-out captions + blocked ones)")
+    p.add_argument("--prompts-uri", default=None,
+                   help="a prompt file in the lake (default: the date's prompts/<dataset>/dt=<date>/prompts.jsonl)")
     p.add_argument("--no-gate", action="store_true", help="stop before gate 4 and publishing")
     for section, cls in (("generate", GenerateConfig), ("batching", BatchingConfig),
                          ("generate_gate", GenerateGateThresholds)):
@@ -412,15 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
 # Commands that write a date's partitions (or the registry on its behalf): they take the date's lease, the
 # one a DAG run holds, so a manual command and a scheduled run of one date cannot interleave.
 WRITES = {"prepare", "publish", "train", "deploy", "generate", "evaluate"}
-
-
-class DateBusy(RuntimeError):
-    """Another run (a DAG run or another command) is writing the date."""
-
-
 CLI_LEASE_TTL = dt.timedelta(minutes=5)
 """A command renews its lease every minute while it runs: one killed outright (SIGKILL, no cleanup) holds the date
-5 minutes at most, not the 10 hours a DAG run's lease lasts."""
+5 minutes at most, not the hours a DAG run's lease lasts."""
 
 
 @contextlib.contextmanager
@@ -428,20 +414,13 @@ def _date_lease(args: argparse.Namespace) -> Iterator[None]:
     if args.command not in WRITES or getattr(args, "worker", False):  # a torchrun worker: its launcher holds it
         yield
         return
-    from aigc.lake.lease import LeaseHeld, date_lease
+    from aigc.stages import holding_date
 
-    lease = date_lease(open_lake(args.lake), args.date)
     # A retry of a run (--run-id) is the same owner as the attempt that died: it takes the lease over at once.
     run_id = getattr(args, "run_id", None)
     owner = (f"aigc {args.command} run {run_id}" if run_id
              else f"aigc {args.command} on {socket.gethostname()} (pid {os.getpid()})")
-    with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(lease.holding(owner, CLI_LEASE_TTL))
-        except LeaseHeld as e:
-            raise DateBusy(f"{args.date} is being written by {e.holder['owner']!r} (lease "
-                           f"{lease.lake.url(lease.key)}, until {e.holder['expires_at']}): run the command again "
-                           "once it has finished") from None
+    with holding_date(open_lake(args.lake), args.date, owner, CLI_LEASE_TTL):
         yield
 
 

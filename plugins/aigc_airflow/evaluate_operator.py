@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
-from aigc_airflow.runtime import dag_run_scoped_id, open_task_lake, pipeline_config
+from aigc_airflow.runtime import dag_run_scoped_id, hold_partition_or_fail, open_task_lake, pipeline_config
 
 
 class ReportLink(BaseOperatorLink):
@@ -42,10 +42,12 @@ class EvaluateOperator(BaseOperator):
         self.report_uri: str | None = None
 
     def execute(self, context) -> dict:
-        from aigc.evaluate.run import evaluate
+        from aigc.stages import EVALUATE
 
+        lake = open_task_lake()
+        hold_partition_or_fail(context, lake)
         cfg = pipeline_config(context["params"])
-        summary = evaluate(open_task_lake(), self.generation, cfg, run_id=dag_run_scoped_id(context, cfg, "evaluate"))
+        summary = EVALUATE.produce(lake, self.generation, cfg, run_id=dag_run_scoped_id(context, cfg, "evaluate"))
         self.report_uri = summary["report_uri"]
         self.log.info("evaluation report: %s", self.report_uri)
         return summary

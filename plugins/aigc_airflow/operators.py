@@ -8,46 +8,11 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from aigc_airflow.runtime import annotate_outlets, open_task_lake, pipeline_config
-
-
-def _curated_gate(lake, cfg, prepared: dict) -> dict:
-    from aigc.quality.curated import validate_curated
-
-    return validate_curated(lake, cfg.prepare.dataset, prepared["date"], prepared["run_id"],
-                            cfg.curated_gate, cfg.prepare)
-
-
-def _training_gate(lake, cfg, trained: dict) -> dict:
-    from aigc.quality.training import validate_training
-
-    return validate_training(lake, cfg.model.name, trained["date"], trained["run_id"], cfg.train_gate)
-
-
-def _deploy_gate(lake, cfg, registered: dict) -> dict:
-    from aigc.quality.deploy import smoke_test
-
-    return smoke_test(lake, cfg.model.name, registered["version"], cfg.deploy_gate, registered["date"])
-
-
-def _generate_gate(lake, cfg, generated: dict) -> dict:
-    from aigc.quality.generation import validate_generation
-
-    return validate_generation(lake, generated, cfg, cfg.generate_gate)
-
-
-def _evaluation_gate(lake, cfg, evaluated: dict) -> dict:
-    from aigc.quality.evaluation import validate_evaluation
-
-    return validate_evaluation(lake, evaluated, cfg.evaluate_gate)
-
-
-GATES = {"curated": _curated_gate, "training": _training_gate, "deploy": _deploy_gate, "generate": _generate_gate,
-         "evaluation": _evaluation_gate}
+from aigc_airflow.runtime import annotate_outlets, hold_partition_or_fail, open_task_lake, pipeline_config
 
 
 class QualityGateOperator(BaseOperator):
-    """Run a Great Expectations gate on a stage's staging output; fail the task if it does not pass.
+    """Run a stage's Great Expectations gate (aigc.stages) on its staging output; fail the task if it does not pass.
 
     ``prepared`` is the stage task's summary (an XComArg): it names the run to audit. The
     data is loaded when the task runs, never at DAG parse time. Results (JSON and Data Docs)
@@ -59,6 +24,8 @@ class QualityGateOperator(BaseOperator):
 
     def __init__(self, *, gate: str, prepared: Any, **kwargs):
         super().__init__(**kwargs)
+        from aigc.stages import GATES  # the stage API has no heavy imports at module level
+
         if gate not in GATES:
             raise ValueError(f"unknown gate {gate!r}; known gates: {sorted(GATES)}")
         self.gate = gate
@@ -66,10 +33,13 @@ class QualityGateOperator(BaseOperator):
 
     def execute(self, context) -> dict:
         from aigc.quality import GateFailed
+        from aigc.stages import GATES
 
+        lake = open_task_lake()
+        hold_partition_or_fail(context, lake)  # gate 3 writes the registry, every gate writes its results
         cfg = pipeline_config(context["params"])
         try:
-            result = GATES[self.gate](open_task_lake(), cfg, self.prepared)
+            result = GATES[self.gate].gate(lake, cfg, self.prepared)
         except GateFailed as e:
             # The same data fails the same expectations again: fail now, do not retry.
             raise AirflowFailException(str(e)) from e

@@ -58,18 +58,54 @@ def s3_options_from_connection(fallback):
     )
 
 
-def partition_date(context: dict[str, Any]) -> dt.date:
-    """The date that names this run's partitions: its logical date (UTC).
+def triggering_events(context: dict[str, Any]) -> list[dict]:
+    """The asset events that started this run (none for a scheduled, manual or backfill run), oldest first, as
+    {"asset": name, "extra": …}; a watcher's event has its trigger's payload as its extra."""
+    events = []
+    for asset, asset_events in (context.get("triggering_asset_events") or {}).items():
+        for e in asset_events:
+            extra = dict(e.extra or {})
+            if extra.get("from_trigger"):
+                extra = dict(extra.get("payload") or {})
+            events.append({"asset": getattr(asset, "name", str(asset)), "extra": extra,
+                           "timestamp": e.timestamp})
+    return sorted(events, key=lambda e: e["timestamp"])
 
-    With the DAG's daily data-interval timetable a scheduled run's logical date *is* the start
-    of its interval (the day whose drop it prepares); a manual run or `airflow dags test D`
-    gets the date the user picked, where the interval Airflow infers would be the day before.
-    Runs triggered with no logical date fall back to the interval, then to when they ran.
+
+def newest_event(context: dict[str, Any]) -> dict | None:
+    """The extra of the newest event that started this run and asks for the chain to go on (else of the newest
+    of all): the one whose publication this run consumes. None for a run no asset event started."""
+    events = triggering_events(context)
+    chained = [e for e in events if e["extra"].get("chain", True)]
+    return (chained or events)[-1]["extra"] if events else None
+
+
+def partition_date(context: dict[str, Any]) -> dt.date:
+    """The date that names this run's partitions.
+
+    A run started by asset events works on the date the newest event names (a stage DAG consumes
+    what its upstream published). Otherwise its logical date (UTC): with the daily data-interval
+    timetable a scheduled run's logical date *is* the start of its interval (the day whose drop it
+    prepares); a manual run or `airflow dags test D` gets the date the user picked. Runs with no
+    logical date fall back to the interval, then to when they ran.
     """
+    event = newest_event(context)
+    if event and event.get("date"):
+        return dt.date.fromisoformat(event["date"])
     for key in ("logical_date", "data_interval_start"):
         if context.get(key) is not None:
             return context[key].astimezone(dt.UTC).date()
     return context["dag_run"].run_after.astimezone(dt.UTC).date()
+
+
+def starts_the_chain(context: dict[str, Any]) -> bool:
+    """Whether this run's publications should start the next stage's DAG.
+
+    Not a backfill's (re-curating past dates must not train a model per date) and not the all-stages
+    ``aigc_pipeline``'s (it runs every stage itself)."""
+    from aigc_airflow.assets import ALL_STAGES_DAG
+
+    return context["dag_run"].run_type != "backfill" and context["dag"].dag_id != ALL_STAGES_DAG
 
 
 def dag_run_scoped_id(context: dict[str, Any], cfg, stage: str) -> str:
@@ -97,41 +133,50 @@ def annotate_outlets(context: dict[str, Any], summary: dict) -> None:
     A DAG scheduled on the asset then reads which partition to consume from the triggering
     event's ``extra`` instead of guessing "the latest".
     """
-    extra = {"date": str(summary.get("date") or partition_date(context))}
+    extra = {"date": str(summary.get("date") or partition_date(context)), "chain": starts_the_chain(context),
+             "dag_id": context["dag"].dag_id, "dag_run_id": context["dag_run"].run_id}
     extra.update({k: v for k, v in summary.items()
-                  if (k in ("run_id", "version") or k.endswith("_uri")) and isinstance(v, str | int)})
+                  if (k in ("run_id", "version", "model", "model_ref") or k.endswith("_uri"))
+                  and isinstance(v, str | int)})
     for asset in context["task"].outlets:
         context["outlet_events"][asset].extra = extra
 
 
-def partition_lease(context: dict[str, Any], lake, date: dt.date):
-    """The lease that lets one DAG run at a time write this date's partitions (see aigc.lake.lease); the
-    ``aigc`` commands that write take the same one."""
+def partition_lease(lake, date: dt.date):
+    """The lease that lets one run at a time (of any stage DAG, or an ``aigc`` command) write this date's
+    partitions (see aigc.lake.lease)."""
     from aigc.lake.lease import date_lease
 
-    return date_lease(lake, date, context["dag"].dag_id)
+    return date_lease(lake, date)
+
+
+def lease_owner(context: dict[str, Any]) -> str:
+    """Every task and every retry of one DAG run share the lease; runs of different DAGs never do."""
+    return f"{context['dag'].dag_id}/{context['dag_run'].run_id}"
 
 
 def hold_partition(context: dict[str, Any], lake, date: dt.date) -> dict:
-    """Take or renew this DAG run's lease on ``date``; LeaseHeld if another run holds it.
-
-    The owner is the DAG run id, so every task and every retry of one run share the lease.
-    """
+    """Take or renew this DAG run's lease on ``date``; LeaseHeld if another run holds it."""
     from aigc.config import DATE_LEASE_TTL
 
-    return partition_lease(context, lake, date).hold(context["dag_run"].run_id, DATE_LEASE_TTL)
+    return partition_lease(lake, date).hold(lease_owner(context), DATE_LEASE_TTL)
+
+
+def hold_partition_or_fail(context: dict[str, Any], lake) -> dict:
+    """Renew this run's lease before a task writes; a run that lost its date fails now, without retries."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from aigc.lake.lease import LeaseHeld
+
+    try:
+        return hold_partition(context, lake, partition_date(context))
+    except LeaseHeld as e:
+        raise AirflowFailException(f"this run no longer holds its date: {e}") from e
 
 
 def pipeline_config(params: dict[str, Any]):
-    """The typed configuration of a run: the chosen preset, overridden by the form's values."""
+    """The typed configuration of a run: the chosen preset, overridden by the form's values (aigc.config.form)."""
     from aigc.config import preset
-    from aigc.config.form import FORM_FIELDS
+    from aigc.config.form import config_changes
 
-    cfg = preset(params.get("preset") or "default")
-    changes: dict[str, dict[str, Any]] = {}
-    for param, (section, name) in FORM_FIELDS.items():
-        if params.get(param) is not None:
-            changes.setdefault(section, {})[name] = params[param]
-    if "raw" in changes and "resolution" in changes["raw"]:
-        changes.setdefault("prepare", {})["resolution"] = changes["raw"]["resolution"]
-    return cfg.override(changes)
+    return preset(params.get("preset") or "default").override(config_changes(params))

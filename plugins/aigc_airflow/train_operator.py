@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
-from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from aigc_airflow.runtime import dag_run_scoped_id, lake_env, open_task_lake, partition_date, pipeline_config
+from aigc_airflow.runtime import (
+    dag_run_scoped_id,
+    hold_partition_or_fail,
+    lake_env,
+    open_task_lake,
+    partition_date,
+    pipeline_config,
+)
 
 
 def training_run_id(context, cfg) -> str:
@@ -26,23 +31,23 @@ class DistributedTrainOperator(BaseOperator):
     of the run (a small dict: URIs and numbers) for gate 2.
     """
 
-    template_fields: Sequence[str] = ("curated",)
     ui_color = "#fde9d9"
 
-    def __init__(self, *, curated: Any = None, **kwargs):
+    def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.curated = curated  # the upstream publication: ordering, and shown in the rendered template
         self._proc: subprocess.Popen | None = None
 
     def execute(self, context) -> dict:
-        from aigc.train.launch import run_training
+        from aigc.stages import TRAIN
 
+        lake = open_task_lake()
+        hold_partition_or_fail(context, lake)
         cfg = pipeline_config(context["params"])
         run_id = training_run_id(context, cfg)
         self.log.info("training run %s: %s process(es) per node × %s node(s)", run_id, cfg.train.nproc,
                       cfg.train.nnodes)
-        return run_training(open_task_lake(), partition_date(context), cfg, run_id=run_id, env=lake_env(),
-                            on_line=self.log.info, on_start=self._started)
+        return TRAIN.produce(lake, partition_date(context), cfg, run_id=run_id, env=lake_env(),
+                             on_line=self.log.info, on_start=self._started)
 
     def _started(self, proc: subprocess.Popen) -> None:
         self._proc = proc

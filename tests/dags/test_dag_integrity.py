@@ -20,84 +20,144 @@ def dagbag():
     return DagBag(dag_folder=str(ROOT / "dags"))
 
 
+STAGE_DAGS = {"aigc_prepare": "prepare", "aigc_train": "train", "aigc_deploy": "deploy",
+              "aigc_generate": "generate", "aigc_evaluate": "evaluate"}
+LEASE = {"wanted", "claim_partition", "release_partition"}
+
+
+def downstream(dag) -> dict[str, set[str]]:
+    return {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
+
+
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert "aigc_pipeline" in dagbag.dags
+    assert set(dagbag.dags) == {"aigc_pipeline", *STAGE_DAGS}
 
 
-def test_owner_tags_retries_and_schedule(dagbag):
-    dag = dagbag.dags["aigc_pipeline"]
-    assert dag.tags and "aigc" in dag.tags
-    assert not dag.catchup
-    assert dag.timetable.expression == "0 0 * * *" and str(dag.timetable.timezone) == "UTC"
-    for task in dag.tasks:
-        assert task.owner == "aigc-platform", task.task_id
-        assert task.retries >= 2, task.task_id
+def test_every_task_has_an_owner_retries_and_a_timeout_within_the_date_lease(dagbag):
+    from aigc.config.operations import DATE_LEASE_TTL, MAX_RETRY_DELAY, TASK_QUEUED_TIMEOUT
+
+    longest = DATE_LEASE_TTL - TASK_QUEUED_TIMEOUT - MAX_RETRY_DELAY
+    for dag in dagbag.dags.values():
+        assert "aigc" in dag.tags and not dag.catchup, dag.dag_id
+        for task in dag.tasks:
+            where = f"{dag.dag_id}.{task.task_id}"
+            assert task.owner == "aigc-platform" and task.retries >= 2, where
+            assert task.execution_timeout is not None and task.execution_timeout < longest, where
+            assert task.max_retry_delay <= MAX_RETRY_DELAY, where
+    gpu = {(d.dag_id, t.task_id) for d in dagbag.dags.values() for t in d.tasks if t.pool == "gpu"}
+    assert gpu == {("aigc_pipeline", "train"), ("aigc_pipeline", "generate_shard"), ("aigc_train", "train"),
+                   ("aigc_generate", "generate_shard")}
 
 
-def test_a_lease_on_the_date_wraps_the_whole_run(dagbag):
-    """claim_partition is the setup, release_partition the teardown, of every other task."""
-    dag = dagbag.dags["aigc_pipeline"]
+def test_the_stage_dags_form_one_chain_linked_by_assets(dagbag):
+    """Each stage DAG is scheduled on what the stage before it publishes; prepare runs nightly."""
+    prepare = dagbag.dags["aigc_prepare"]
+    assert prepare.timetable.expression == "0 0 * * *" and str(prepare.timetable.timezone) == "UTC"
+    # aigc_pipeline runs by hand: the nightly work is the chain's.
+    assert type(dagbag.dags["aigc_pipeline"].timetable).__name__ == "NullTimetable"
+    producers = {a.name: (d.dag_id, t.task_id) for d_id, d in dagbag.dags.items() if d_id != "aigc_pipeline"
+                 for t in d.tasks for a in t.outlets}
+    assert producers == {"aigc_curated_shapes": ("aigc_prepare", "publish_curated"),
+                         "aigc_model_candidate": ("aigc_train", "publish_model"),
+                         "aigc_model_deployable": ("aigc_deploy", "gate_deploy"),
+                         "aigc_generations_for_evaluation": ("aigc_generate", "hand_off_for_evaluation"),
+                         "aigc_generations": ("aigc_evaluate", "publish_content"),
+                         "aigc_evaluations": ("aigc_evaluate", "publish_content")}
+    assert [a.name for a in dagbag.dags["aigc_generate"].get_task("publish_generations").outlets] == [
+        "aigc_generations"]  # production's content, published by the generate stage itself
+    def scheduled_on(dag) -> set[str] | None:
+        condition = getattr(dag.timetable, "asset_condition", None)
+        if condition is None:
+            return None
+        return {a.name for a in getattr(condition, "objects", (condition,))}
+
+    schedules = {d: scheduled_on(dagbag.dags[d]) for d in STAGE_DAGS}
+    assert schedules == {"aigc_prepare": None, "aigc_train": {"aigc_curated_shapes"},
+                         "aigc_deploy": {"aigc_model_candidate"},
+                         "aigc_generate": {"aigc_model_deployable", "aigc_prompt_files"},
+                         "aigc_evaluate": {"aigc_generations_for_evaluation"}}
+
+
+def test_the_prompt_files_asset_is_watched_by_the_lake_trigger(dagbag):
+    from aigc_airflow.assets import PROMPT_FILES
+
+    (watcher,) = PROMPT_FILES.watchers
+    classpath, kwargs = watcher.trigger.serialize()
+    assert classpath == "aigc_airflow.triggers.PromptFileTrigger" and kwargs["dataset"] == "shapes"
+
+
+@pytest.mark.parametrize("dag_id", ["aigc_pipeline", *STAGE_DAGS])
+def test_a_lease_on_the_date_wraps_every_run(dagbag, dag_id):
+    """claim_partition is the setup, release_partition the teardown, of every task of the stage."""
+    dag = dagbag.dags[dag_id]
     claim, release = dag.get_task("claim_partition"), dag.get_task("release_partition")
-    assert claim.is_setup and release.is_teardown
-    assert claim.downstream_task_ids == {"choose_drop", "release_partition"}
-    assert claim.mode == "reschedule"
-    inner = {t.task_id for t in dag.tasks} - {"claim_partition", "release_partition"}
+    assert claim.is_setup and release.is_teardown and claim.mode == "reschedule"
+    inner = {t.task_id for t in dag.tasks} - LEASE
     assert inner <= claim.get_flat_relative_ids(upstream=False)
     assert inner <= release.get_flat_relative_ids(upstream=True)
     assert release.trigger_rule == "all_done_setup_success"  # gives the date back on failure too
+    if dag_id != "aigc_pipeline" and dag_id != "aigc_prepare":  # asset-started: skipped for backfills' events
+        assert downstream(dag)["wanted"] == {"claim_partition"}
+
+
+def test_each_stage_is_defined_once_and_the_pipeline_runs_them_all_in_order(dagbag):
+    pipeline = dagbag.dags["aigc_pipeline"]
+    tasks = {}
+    for dag_id in STAGE_DAGS:
+        tasks[dag_id] = {t.task_id for t in dagbag.dags[dag_id].tasks} - LEASE
+        for task_id in tasks[dag_id]:  # the same task, built by the same code (aigc_airflow.stage_tasks)
+            assert type(pipeline.get_task(task_id)) is type(dagbag.dags[dag_id].get_task(task_id)), task_id
+    assert set().union(*tasks.values()) == {t.task_id for t in pipeline.tasks} - LEASE
+    down = downstream(pipeline)
+    assert down["claim_partition"] == {"choose_drop", "release_partition"}
+    assert down["publish_curated"] == {"train"}
+    assert down["publish_model"] == {"register_model"}
+    assert down["gate_deploy"] == {"plan_generation"}
+    assert down["hand_off_for_evaluation"] == {"find_generation"}
+    assert down["publish_content"] == {"release_partition"}
 
 
 def test_stage_one_is_wired_drop_prepare_gate_publish(dagbag):
-    dag = dagbag.dags["aigc_pipeline"]
-    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
+    dag = dagbag.dags["aigc_prepare"]
+    down = downstream(dag)
     assert down["choose_drop"] == {"make_demo_drop", "wait_for_drop"}
     assert down["make_demo_drop"] == down["wait_for_drop"] == {"prepare"}
     assert down["prepare"] >= {"gate_curated", "publish_curated"}
     assert down["gate_curated"] == {"publish_curated"}
-    publish = dag.get_task("publish_curated")
-    assert [a.name for a in publish.outlets] == ["aigc_curated_shapes"]
     assert dag.get_task("prepare").trigger_rule == "none_failed_min_one_success"
 
 
-def test_stage_two_trains_after_publication_then_gates_then_hands_off(dagbag):
-    dag = dagbag.dags["aigc_pipeline"]
-    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
-    assert down["publish_curated"] == {"train"}
+def test_stage_two_trains_then_gates_then_hands_off(dagbag):
+    dag = dagbag.dags["aigc_train"]
+    down = downstream(dag)
     assert down["train"] == {"gate_training", "publish_model"}
     assert down["gate_training"] == {"publish_model"}
     assert type(dag.get_task("train")).__name__ == "DistributedTrainOperator"
-    assert [a.name for a in dag.get_task("publish_model").outlets] == ["aigc_model_candidate"]
 
 
 def test_stage_three_registers_builds_variants_then_smoke_tests(dagbag):
-    dag = dagbag.dags["aigc_pipeline"]
-    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
-    assert down["publish_model"] == {"register_model"}
-    # plan_generation takes the version registered here (not the alias another date's run may move).
-    assert down["register_model"] == {"build_variants", "gate_deploy", "plan_generation"}
+    down = downstream(dagbag.dags["aigc_deploy"])
+    assert down["register_model"] == {"build_variants", "gate_deploy"}
     assert down["build_variants"] == {"gate_deploy"}
-    assert [a.name for a in dag.get_task("gate_deploy").outlets] == ["aigc_model_deployable"]
 
 
-def test_stage_four_fans_out_generation_as_mapped_tasks(dagbag):
-    dag = dagbag.dags["aigc_pipeline"]
-    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
-    assert down["gate_deploy"] == {"plan_generation"}
+def test_stage_four_fans_out_generation_then_publishes_production_or_hands_a_candidate_on(dagbag):
+    dag = dagbag.dags["aigc_generate"]
+    down = downstream(dag)
     assert down["plan_generation"] >= {"shards_of", "generate_shard", "finish_generation"}
     assert down["generate_shard"] == {"finish_generation"}
-    assert down["finish_generation"] == {"gate_generate", "evaluate"}
-    assert down["gate_generate"] == {"evaluate"}
+    assert down["finish_generation"] >= {"gate_generate", "route_content"}
+    assert down["gate_generate"] == {"route_content"}
+    assert down["route_content"] == {"publish_generations", "hand_off_for_evaluation"}
     assert type(dag.get_task("generate_shard")).__name__.endswith("MappedOperator")
 
 
 def test_stage_five_evaluates_gates_then_publishes_and_promotes(dagbag):
-    dag = dagbag.dags["aigc_pipeline"]
-    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
+    down = downstream(dagbag.dags["aigc_evaluate"])
+    assert down["find_generation"] == {"evaluate"}
     assert down["evaluate"] == {"gate_evaluation", "publish_content"}
     assert down["gate_evaluation"] == {"publish_content"}
-    assert down["publish_content"] == {"release_partition"}
-    assert [a.name for a in dag.get_task("publish_content").outlets] == ["aigc_generations", "aigc_evaluations"]
 
 
 def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
@@ -107,36 +167,42 @@ def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
     params.validate()  # pressing Trigger with the form unchanged is valid
     assert params["preset"] == os.environ.get("AIGC_DEFAULT_PRESET", "default")  # `make` sets demo
     assert params["synthetic_drop"] is True
-    form = dagbag.dags["aigc_pipeline"].params.dump()
-    untitled = [n for n, p in dagbag.dags["aigc_pipeline"].params.items() if not p.schema.get("title")]
-    assert not untitled and set(form) >= {"preset", "n_records", "train_steps", "nproc", "variant", "budget_fraction"}
-    unsectioned = [n for n, p in dagbag.dags["aigc_pipeline"].params.items() if not p.schema.get("section")]
-    assert unsectioned == ["preset"]  # the form groups the knobs: data, training, generation, gates
+    for dag in dagbag.dags.values():
+        untitled = [n for n, p in dag.params.items() if not p.schema.get("title")]
+        unsectioned = [n for n, p in dag.params.items() if not p.schema.get("section")]
+        assert not untitled and unsectioned == ["preset"], dag.dag_id  # the form groups the knobs
+        copy.deepcopy(dag.params).validate()
     for name, bad in (("resolution", 33), ("dirt_rate", 1.5), ("preset", "huge"), ("n_records", 0),
                       ("nproc", 0), ("precision", "fp8"), ("train_steps", 0), ("variant", "fp64"),
                       ("budget_fraction", 0), ("generate_shards", 0)):
         with pytest.raises(ParamValidationError):
             params[name] = bad
+    generate = copy.deepcopy(dagbag.dags["aigc_generate"].params)
+    with pytest.raises(ParamValidationError):
+        generate["model_ref"] = "staging"
 
 
-def test_the_forms_choices_name_an_empty_choice_instead_of_null_and_map_to_config_fields(dagbag):
+def test_each_dag_shows_only_its_own_stages_fields_from_the_one_table(dagbag):
     from aigc.config import PipelineConfig
-    from aigc.config.form import FORM_FIELDS
+    from aigc.config.form import FORM, FORM_FIELDS
 
-    params = dagbag.dags["aigc_pipeline"].params
-    for name, param in params.items():
-        enum = param.schema.get("enum") or []
-        if None in enum:  # the UI shows a choice's label from values_display, else its JSON: "null"
-            assert (param.schema.get("values_display") or {}).get(None) == "(the preset's value)", name
-    # Every form field but the preset and the drop switches sets exactly one configuration field.
-    assert set(params) - set(FORM_FIELDS) == {"preset", "synthetic_drop", "raw_uri"}
+    for dag_id, stage in STAGE_DAGS.items():
+        assert set(dagbag.dags[dag_id].params) == {"preset"} | {f.param for f in FORM if f.stage == stage}, dag_id
+    assert set(dagbag.dags["aigc_pipeline"].params) == {"preset"} | {f.param for f in FORM if f.in_all_stages}
+    for dag in dagbag.dags.values():
+        for name, param in dag.params.items():
+            enum = param.schema.get("enum") or []
+            if None in enum:  # the UI shows a choice's label from values_display, else its JSON: "null"
+                assert (param.schema.get("values_display") or {}).get(None), name
     config = PipelineConfig()
-    for param, (section, field) in FORM_FIELDS.items():
+    for param, (section, field) in FORM_FIELDS.items():  # every config field the form names exists
         assert hasattr(getattr(config, section), field), param
+    switches = {f.param for f in FORM if f.config is None}
+    assert switches == {"synthetic_drop", "raw_uri", "prompts_uri"}
 
 
 def test_dag_file_parses_fast_without_io_or_heavy_imports():
-    """Parse in a fresh interpreter, the way the dag-processor does, and look at what it loaded."""
+    """Parse every DAG file in a fresh interpreter, the way the dag-processor does, and look at what it loaded."""
     probe = f"""
 import json, sys, time, builtins
 opened = []
@@ -149,9 +215,10 @@ sys.path[:0] = [{str(ROOT / 'plugins')!r}]
 builtins.open = spy
 start = time.process_time()  # CPU time: the parse's own cost, not a busy host's
 import importlib.util
-spec = importlib.util.spec_from_file_location("aigc_pipeline_dag", {str(ROOT / 'dags' / 'aigc_pipeline.py')!r})
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
+for path in {sorted(str(p) for p in (ROOT / 'dags').glob('aigc_*.py'))!r}:
+    spec = importlib.util.spec_from_file_location(path.rsplit("/", 1)[-1][:-3] + "_dag", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
 elapsed = time.process_time() - start
 builtins.open = real_open
 print(json.dumps({{"seconds": elapsed, "heavy": [m for m in {HEAVY!r} if m in sys.modules],

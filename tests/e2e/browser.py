@@ -78,6 +78,21 @@ class Browser:
         self.css("button[type=submit]").click()
         self.until(lambda: "/auth/login" not in self.driver.current_url, "the login to go through")
 
+    def type_into(self, selector: str, text: str) -> None:
+        """Type ``text`` into a form field as a user does, until the field holds exactly it: the trigger form
+        re-renders while it validates, and a key pressed meanwhile is sometimes lost (seen here)."""
+        from selenium.webdriver.common.keys import Keys
+
+        def typed() -> bool:
+            field = self.css(selector)
+            field.send_keys(Keys.CONTROL, "a")
+            field.send_keys(Keys.DELETE)
+            for char in text:
+                field.send_keys(char)
+            return self.css(selector).get_attribute("value") == text
+
+        self.until(typed, f"{selector} to hold {text!r}")
+
     def all_xpath(self, expression: str) -> list:
         from selenium.webdriver.common.by import By
 

@@ -21,10 +21,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aigc.config.operations import TASK_QUEUED_TIMEOUT
+
 ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 ARTIFACTS = ROOT / "test-artifacts" / "e2e"
 DAG_ID = "aigc_pipeline"
+STAGE_DAG_IDS = ("aigc_prepare", "aigc_train", "aigc_deploy", "aigc_generate", "aigc_evaluate")
+DAG_IDS = (DAG_ID, *STAGE_DAG_IDS)
 USER = "admin"
 SQLITE_CONNECT_ARGS = "aigc_airflow.sqlite.CONNECT_ARGS"  # a lock waits a minute, not 5 s (see that module)
 
@@ -89,9 +93,10 @@ class AirflowStack:
             "AIRFLOW__API__BASE_URL": self.url,
             "AIRFLOW__API_AUTH__JWT_SECRET": f"e2e-{self.name}-{self.port}",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
-            # The deployment runs what a test asks for (triggers, backfills), not the nightly schedule:
-            # unpaused, the DAG would otherwise get a scheduled run for the latest interval at once.
-            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+            # As deployed: the scheduler makes scheduled and asset-triggered runs. The stage DAGs start
+            # paused (below): a test unpauses aigc_prepare when it wants the nightly run of the latest interval.
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(int(TASK_QUEUED_TIMEOUT.total_seconds())),
             "AIGC_LAKE_URI": self.lake_uri,
             "AIGC_DEFAULT_PRESET": "smoke",  # the trigger form's default here; one value is changed in the browser
             "GX_ANALYTICS_ENABLED": "False",
@@ -109,6 +114,7 @@ class AirflowStack:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(parents=True, exist_ok=True)
         self.cli("db", "migrate", timeout=600)
+        self.cli("pools", "set", "gpu", "1", "GPU slots (one per GPU on the gpu workers)")
         components = {
             "api-server": ["api-server", "--port", str(self.port)],
             "scheduler": ["scheduler"],
@@ -125,10 +131,16 @@ class AirflowStack:
                                                          stderr=subprocess.STDOUT, start_new_session=True)
         self.wait_until(lambda: self._http("GET", "/api/v2/monitor/health", auth=False) is not None, timeout,
                    "the api-server to answer /api/v2/monitor/health")
-        self.wait_until(lambda: self.api("GET", f"/api/v2/dags/{DAG_ID}", missing_ok=True) is not None, timeout,
-                   f"the dag-processor to parse {DAG_ID}")
-        self.api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})  # a paused DAG's runs stay queued
+        for dag_id in DAG_IDS:
+            self.wait_until(lambda d=dag_id: self.api("GET", f"/api/v2/dags/{d}", missing_ok=True) is not None,
+                            timeout, f"the dag-processor to parse {dag_id}")
+        self.unpause(DAG_ID)
         return self
+
+    def unpause(self, *dag_ids: str) -> None:
+        """A paused DAG's runs stay queued; an unpaused asset-scheduled one runs when its assets are updated."""
+        for dag_id in dag_ids:
+            self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
     def stop(self) -> None:
         for proc in self.processes.values():
@@ -176,34 +188,43 @@ class AirflowStack:
         assert out.returncode == 0, f"airflow {' '.join(args)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         return out.stdout
 
-    def trigger(self, conf: dict, logical_date: str | None) -> str:
-        """Trigger the DAG through the REST API; the new run's id."""
-        run = self.api("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": logical_date, "conf": conf})
+    def trigger(self, conf: dict, logical_date: str | None, dag_id: str = DAG_ID) -> str:
+        """Trigger a DAG through the REST API; the new run's id."""
+        run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": logical_date, "conf": conf})
         return run["dag_run_id"]
 
-    def runs(self) -> list[dict]:
-        return self.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100&order_by=logical_date")["dag_runs"]
+    def runs(self, dag_id: str = DAG_ID) -> list[dict]:
+        return self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100&order_by=run_after")["dag_runs"]
 
-    def task_instances(self, run_id: str) -> list[dict]:
-        return self.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances?limit=100")["task_instances"]
+    def task_instances(self, run_id: str, dag_id: str = DAG_ID) -> list[dict]:
+        return self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")["task_instances"]
 
-    def task_state(self, run_id: str, task_id: str) -> str | None:
+    def task_state(self, run_id: str, task_id: str, dag_id: str = DAG_ID) -> str | None:
         """The state of one (unmapped) task of a run."""
-        return self.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}")["state"]
+        return self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")["state"]
 
-    def wait_for_runs(self, run_ids: list[str], timeout: float = 900) -> dict[str, str]:
+    def wait_for_runs(self, run_ids: list[str], timeout: float = 900, dag_id: str = DAG_ID) -> dict[str, str]:
         """Wait until every run has finished; their final states. A failure message names the failed tasks."""
         def finished():
             self.assert_alive()
-            states = {r: self.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{r}")["state"] for r in run_ids}
+            states = {r: self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{r}")["state"] for r in run_ids}
             return states if all(s in ("success", "failed") for s in states.values()) else None
 
-        states = self.wait_until(finished, timeout, f"runs {run_ids} to finish", interval=5)
+        states = self.wait_until(finished, timeout, f"runs {run_ids} of {dag_id} to finish", interval=5)
         for run_id, state in states.items():
             if state != "success":
-                failed = [t["task_id"] for t in self.task_instances(run_id) if t["state"] == "failed"]
-                print(f"run {run_id}: {state}; failed tasks {failed}; task logs under {self.home / 'logs'}")
+                failed = [t["task_id"] for t in self.task_instances(run_id, dag_id) if t["state"] == "failed"]
+                print(f"{dag_id} run {run_id}: {state}; failed tasks {failed}; task logs under {self.home / 'logs'}")
         return states
+
+    def wait_for_a_run(self, dag_id: str, matches, what: str, timeout: float = 900) -> dict:
+        """The first run of ``dag_id`` for which ``matches(run)`` holds, once it has finished (success or not)."""
+        def found():
+            self.assert_alive()
+            done = [r for r in self.runs(dag_id) if matches(r) and r["state"] in ("success", "failed")]
+            return done[0] if done else None
+
+        return self.wait_until(found, timeout, what, interval=5)
 
     # -- plumbing -----------------------------------------------------------------------
     def _http(self, method, path, body=None, auth=True, missing_ok=False):

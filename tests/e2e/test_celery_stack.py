@@ -1,9 +1,14 @@
-"""Distributed mode: the same DAG on CeleryExecutor, Redis as broker, PostgreSQL as metadata DB.
+"""Distributed mode: the same DAGs on CeleryExecutor, Redis as broker, PostgreSQL as metadata DB.
 
 Two Celery workers, as a cluster would have them: one on the ``default`` queue (CPU tasks)
 and one on ``gpu`` (training and the mapped generation shards, routed there by
-``AIGC_GPU_QUEUE=gpu``). The test gets its own database and an empty Redis database, and
-drops and empties them afterwards.
+``AIGC_GPU_QUEUE=gpu``, one at a time through the ``gpu`` pool). The test gets its own database
+and an empty Redis database, and drops and empties them afterwards.
+
+Dates are backfilled with aigc_prepare alone: it curates each date and trains nothing (the stage DAGs are
+unpaused, so the backfill's asset events do reach aigc_train, which skips them). Then one all-stages run
+trains on the backfilled window. Unpaused, aigc_prepare also gets its nightly run of yesterday, whose chain
+runs here too, on the same workers.
 
 Backfills are tested here, on PostgreSQL: on SQLite, Airflow 3.3 creates a backfill's runs one
 savepoint (one commit) at a time, and when another component holds the write lock it deletes the
@@ -17,13 +22,15 @@ import json
 import os
 import re
 import uuid
+from urllib.parse import quote
 
 import pytest
 
 from aigc.lake import open_lake
 from aigc.lake.keys import partition
-from aigc.lake.publish import resolve
-from tests.e2e.stack import DAG_ID, SMOKE_CONF, STAGES, AirflowStack, published_runs, run_date
+from aigc.lake.publish import NotPublished, resolve
+from aigc.registry import Registry
+from tests.e2e.stack import DAG_IDS, SMOKE_CONF, STAGE_DAG_IDS, AirflowStack, published_runs, run_date
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1800)]
 POSTGRES = os.environ.get("AIGC_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -86,22 +93,24 @@ def celery_stack(tmp_path_factory):
         admin.close()
 
 
-DATES = ["2026-11-01", "2026-11-02"]  # a range, then one date redone while the other stays
+DATES = ["2026-11-01", "2026-11-02", "2026-11-03"]  # a range, then one date redone while the others stay
+PREPARE = "aigc_prepare"
 
 
 def backfill(stack: AirflowStack, behavior: str, first: str, last: str) -> dict:
-    """`airflow backfill create` over [first, last] with ``behavior``; the backfill as the REST API shows it.
+    """`airflow backfill create --dag-id aigc_prepare` over [first, last] with ``behavior``; the backfill as the
+    REST API shows it.
 
     The CLI makes the backfill's runs before it returns; the caller waits for them (wait_for_runs).
     Airflow allows one unfinished backfill per DAG, and the scheduler marks a backfill complete only
     every 30 s after its runs end: the previous one is waited for here, just before it matters."""
     def backfills() -> list[dict]:
-        return stack.api("GET", f"/api/v2/backfills?dag_id={DAG_ID}")["backfills"]
+        return stack.api("GET", f"/api/v2/backfills?dag_id={PREPARE}")["backfills"]
 
     stack.wait_until(lambda: all(b["completed_at"] for b in backfills()), 120,
                      "the previous backfill to be marked complete", interval=2)
     before = {b["id"] for b in backfills()}
-    stack.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", first, "--to-date", last,
+    stack.cli("backfill", "create", "--dag-id", PREPARE, "--from-date", first, "--to-date", last,
               "--reprocess-behavior", behavior, "--max-active-runs", "2", "--dag-run-conf", json.dumps(SMOKE_CONF))
     (new,) = [b for b in backfills() if b["id"] not in before]
     return new
@@ -109,63 +118,93 @@ def backfill(stack: AirflowStack, behavior: str, first: str, last: str) -> dict:
 
 def backfill_runs(stack: AirflowStack) -> dict[str, dict]:
     """date → the latest backfill run of it."""
-    return {run_date(r): r for r in stack.runs() if r["run_type"] == "backfill"}
+    return {run_date(r): r for r in stack.runs(PREPARE) if r["run_type"] == "backfill"}
+
+
+def curated_runs(lake) -> dict[str, str]:
+    return {d: resolve(lake, partition("curated", "shapes", d))["run_id"] for d in DATES}
 
 
 @pytest.fixture(scope="module")
 def backfilled(celery_stack):
-    """A backfill of DATES, two runs at once (--max-active-runs 2): date → its run (asserted a success)."""
+    """A backfill of DATES with aigc_prepare, two runs at once, the whole chain unpaused: date → its run."""
+    celery_stack.unpause(*STAGE_DAG_IDS)
     backfill(celery_stack, "none", DATES[0], DATES[-1])
     runs = backfill_runs(celery_stack)
     assert sorted(runs) == DATES
-    states = celery_stack.wait_for_runs([r["dag_run_id"] for r in runs.values()], timeout=1200)
+    states = celery_stack.wait_for_runs([r["dag_run_id"] for r in runs.values()], timeout=1200, dag_id=PREPARE)
     assert set(states.values()) == {"success"}, f"{states}; logs in {celery_stack.logs}"
     return runs
 
 
-def test_the_pipeline_runs_on_celery_workers_with_gpu_tasks_on_the_gpu_queue(celery_stack, backfilled):
-    tis = [t for r in backfilled.values() for t in celery_stack.task_instances(r["dag_run_id"])]
-    queues = {t["task_id"]: t["queue"] for t in tis if t["state"] == "success"}
-    assert {q for task, q in queues.items() if task in GPU_TASKS} == {"gpu"}
-    assert {q for task, q in queues.items() if task not in GPU_TASKS} == {"default"}
-    # Only the gpu worker listens on "gpu": it ran training and both shards of each run, the other the rest.
-    received = {queue: len(re.findall(r"Task .*execute_workload.* received",
-                                      (celery_stack.logs / f"celery-worker-{queue}.log").read_text()))
-                for queue in ("default", "gpu")}
-    ran_on_gpu = sum(1 for t in tis if t["task_id"] in GPU_TASKS and t["state"] == "success")
-    assert received["gpu"] == ran_on_gpu == 3 * len(DATES), received
-    assert received["default"] >= sum(1 for t in tis if t["state"] == "success") - ran_on_gpu, received
+def test_a_backfill_of_aigc_prepare_curates_each_date_and_trains_nothing(celery_stack, backfilled):
     lake = open_lake(celery_stack.lake_uri)
-    for date in DATES:
-        assert set(published_runs(lake, date)) == {"curated", "training", "generations", "evaluations"}
-    assert lake.list("leases") == []
-
-
-def test_backfill_makes_one_partition_per_date_under_every_reprocess_behavior(celery_stack, backfilled):
-    lake = open_lake(celery_stack.lake_uri)
-    runs = backfilled
-    first = {d: published_runs(lake, d) for d in DATES}
-    for d in DATES:  # exactly one run folder per stage and date: nothing appended
+    first = curated_runs(lake)
+    for d in DATES:  # exactly one run folder per date: nothing appended
         assert [k for k in lake.list(f"curated/shapes/dt={d}") if k.endswith("_manifest.json")] == [
-            f"curated/shapes/dt={d}/run={first[d]['curated']}/_manifest.json"]
+            f"curated/shapes/dt={d}/run={first[d]}/_manifest.json"]
+        with pytest.raises(NotPublished):
+            resolve(lake, partition("training", "shapes-cvae", d))
+    # The backfill's events reached aigc_train (unpaused), which ran and skipped: no model for those dates.
+    # (Unpaused, aigc_prepare also made its nightly run of yesterday, whose chain trains a model for that day.)
+    backfill_run_ids = {r["dag_run_id"] for r in backfilled.values()}
+
+    def started_by_the_backfill() -> list[dict]:
+        found = []
+        for run in celery_stack.runs("aigc_train"):
+            events = celery_stack.api("GET", f"/api/v2/dags/aigc_train/dagRuns/{quote(run['dag_run_id'])}"
+                                             "/upstreamAssetEvents")["asset_events"]
+            if events and {e["source_run_id"] for e in events} <= backfill_run_ids:
+                found.append(run)
+        return found if found and all(r["state"] == "success" for r in found) else []
+
+    for run in celery_stack.wait_until(started_by_the_backfill, 300, "aigc_train to take the backfill's events"):
+        states = {t["task_id"]: t["state"] for t in celery_stack.task_instances(run["dag_run_id"], "aigc_train")}
+        assert states["wanted"] == "success" and states["train"] == "skipped", states
+    assert not {v["date"] for v in Registry(lake, "shapes-cvae").versions()} & set(DATES)
 
     # Nothing to redo: `none` skips dates that have runs, `failed` finds no failed ones; no run is made.
     for behavior in ("none", "failed"):
         backfill(celery_stack, behavior, DATES[0], DATES[-1])
         assert {d: r["dag_run_id"] for d, r in backfill_runs(celery_stack).items()} == {
-            d: runs[d]["dag_run_id"] for d in DATES}
-        assert {r["state"] for r in celery_stack.runs()} == {"success"}
-    assert {d: published_runs(lake, d) for d in DATES} == first
+            d: backfilled[d]["dag_run_id"] for d in DATES}
+    assert curated_runs(lake) == first
 
-    # `completed` redoes a date: its partitions are replaced whole, the other dates untouched.
-    backfill(celery_stack, "completed", DATES[-1], DATES[-1])
-    redo = backfill_runs(celery_stack)[DATES[-1]]["dag_run_id"]
-    assert celery_stack.wait_for_runs([redo], timeout=1200)[redo] == "success"
-    again = {d: published_runs(lake, d) for d in DATES}
-    assert again[DATES[0]] == first[DATES[0]]
-    for stage, dataset in STAGES:
-        pointer = resolve(lake, partition(stage, dataset, DATES[-1]))
-        assert pointer["run_id"] != first[DATES[-1]][stage] and pointer["previous_run_id"] == first[DATES[-1]][stage]
-    manifest = lake.get_json(f"curated/shapes/dt={DATES[-1]}/run={again[DATES[-1]]['curated']}/_manifest.json")
+    # `completed` redoes a date: its partition is replaced whole, the other dates untouched.
+    backfill(celery_stack, "completed", DATES[0], DATES[0])
+    redo = backfill_runs(celery_stack)[DATES[0]]["dag_run_id"]
+    assert celery_stack.wait_for_runs([redo], timeout=1200, dag_id=PREPARE)[redo] == "success"
+    again = curated_runs(lake)
+    assert {d: again[d] for d in DATES[1:]} == {d: first[d] for d in DATES[1:]}
+    pointer = resolve(lake, partition("curated", "shapes", DATES[0]))
+    assert pointer["run_id"] != first[DATES[0]] and pointer["previous_run_id"] == first[DATES[0]]
+    manifest = lake.get_json(f"{pointer['run_prefix']}/_manifest.json")
     assert manifest["input_records"] == 300  # the same drop, prepared again: not appended to the first
+
+
+def test_training_after_the_backfill_uses_its_window_with_gpu_tasks_on_the_gpu_queue(celery_stack, backfilled):
+    """One all-stages run of the last date, three days' window: it trains on the backfilled partitions, its
+    training and generation shards on the gpu worker, everything else on the default one."""
+    run_id = celery_stack.trigger({**SMOKE_CONF, "window_days": 3}, logical_date=f"{DATES[-1]}T00:00:00Z")
+    state = celery_stack.wait_for_runs([run_id], timeout=1200)[run_id]
+    assert state == "success", f"{run_id} ended {state}; logs in {celery_stack.logs}"
+    # Every run on the stack (the nightly chain of yesterday included) finished: count where each task ran.
+    celery_stack.wait_until(lambda: all(r["state"] in ("success", "failed") for d in DAG_IDS
+                                        for r in celery_stack.runs(d)), 1200, "every run to finish", interval=5)
+    tis = [t for d in DAG_IDS for r in celery_stack.runs(d) for t in celery_stack.task_instances(r["dag_run_id"], d)
+           if t["state"] == "success"]
+    assert {t["queue"] for t in tis if t["task_id"] in GPU_TASKS} == {"gpu"}
+    assert {t["queue"] for t in tis if t["task_id"] not in GPU_TASKS} == {"default"}
+    assert {t["pool"] for t in tis if t["task_id"] in GPU_TASKS} == {"gpu"}
+    # Only the gpu worker listens on "gpu": it ran every training and generation shard, the other the rest.
+    received = {queue: len(re.findall(r"Task .*execute_workload.* received",
+                                      (celery_stack.logs / f"celery-worker-{queue}.log").read_text()))
+                for queue in ("default", "gpu")}
+    ours = [t for t in celery_stack.task_instances(run_id) if t["task_id"] in GPU_TASKS]
+    assert len(ours) == 3 and received["gpu"] == sum(1 for t in tis if t["task_id"] in GPU_TASKS), received
+    assert received["default"] >= len(tis) - received["gpu"], received
+    lake = open_lake(celery_stack.lake_uri)
+    published = published_runs(lake, DATES[-1])
+    summary = lake.get_json(f"training/shapes-cvae/dt={DATES[-1]}/run={published['training']}/_SUMMARY.json")
+    assert summary["partitions"] == 3  # the backfilled days and its own
     assert lake.list("leases") == []

@@ -1,77 +1,93 @@
-"""End to end as users run it: a real Airflow deployment (LocalExecutor) driven over its REST API and CLI.
+"""End to end as users run it: a real Airflow deployment (LocalExecutor) driven over its REST API, CLI and UI.
 
-One deployment serves every test here (starting one costs ~10 s, a smoke-sized run ~1 min), and it
-makes two runs of one date: one triggered through the REST API, and, while that one holds the date,
-one a user triggers from the form in Chromium. The second waits for the first; each publishes whole;
-the AIGC view shows the later. Backfills run on the Celery stack (test_celery_stack.py): on PostgreSQL.
+One deployment serves every test here (starting one costs ~10 s, a smoke-sized run ~1 min), in this order:
+an all-stages run of today triggered through the REST API; while it holds the date, a user's run of
+aigc_generate from its form in Chromium, which waits for it and then generates with the production model
+the API run promoted; a prompt file dropped in the lake, which the watcher turns into production content
+with no training; and the nightly chain, from the scheduled aigc_prepare run through the four asset-started
+stage DAGs. Backfills run on the Celery stack (test_celery_stack.py): on PostgreSQL.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from urllib.parse import quote
 
 import pytest
 
 from aigc.lake import open_lake
 from aigc.lake.keys import partition
-from aigc.lake.publish import resolve
+from aigc.lake.publish import NotPublished, resolve
 from aigc.registry import Registry
 from tests.e2e import browser
-from tests.e2e.stack import DAG_ID, SMOKE_CONF, USER, run_date
+from tests.e2e.stack import DAG_ID, SMOKE_CONF, STAGE_DAG_IDS, USER, published_runs, run_date
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1800)]
+# What an all-stages run publishes, by asset → the task that says so.
 ASSETS = {"aigc_curated_shapes": "publish_curated", "aigc_model_candidate": "publish_model",
-          "aigc_model_deployable": "gate_deploy", "aigc_generations": "publish_content",
-          "aigc_evaluations": "publish_content"}
+          "aigc_model_deployable": "gate_deploy", "aigc_generations_for_evaluation": "hand_off_for_evaluation",
+          "aigc_generations": "publish_content", "aigc_evaluations": "publish_content"}
+MODEL = "shapes-cvae"
 
 
 def today() -> str:
     return dt.datetime.now(dt.UTC).date().isoformat()  # a run with no logical date belongs to today
 
 
+def prompt_lines(n: int, text: str = "a large blue square at the top") -> bytes:
+    return "".join(json.dumps({"prompt_id": f"q{i}", "prompt": text, "seed": i}) + "\n" for i in range(n)).encode()
+
+
 # Runs first: its form run must come while the API run (module fixture api_run) still holds the date.
 @pytest.mark.skipif(browser.missing() is not None, reason=str(browser.missing()))
-def test_a_form_run_in_chromium_waits_for_the_api_run_of_its_date_and_the_view_shows_the_later(
+def test_a_form_run_of_aigc_generate_waits_for_the_api_run_of_its_date_then_publishes_production_content(
         local_stack, api_run):
-    """A user triggers from the form (one value changed) while a run of the same date, triggered through
-    the REST API, holds the date: the form's run waits for the other's lease, each publishes whole, and
-    the AIGC view inside the Airflow UI shows the later run's gallery."""
-    before = {r["dag_run_id"] for r in local_stack.runs()}
+    """A user triggers aigc_generate from its form with a prompt file in the lake while an all-stages run of the same
+    date, triggered through the REST API, holds the date: the form's run waits for the other's lease, then
+    generates with the production model that run promoted and publishes after gate 4; the AIGC view inside
+    the Airflow UI shows the day's report."""
+    lake = open_lake(local_stack.lake_uri)
+    lake.put_bytes("requests/form.jsonl", prompt_lines(16))
+    local_stack.unpause("aigc_generate")
+    before = {r["dag_run_id"] for r in local_stack.runs("aigc_generate")}
     chromium = browser.Browser(local_stack.url)
     try:
-        chromium.open(f"/dags/{DAG_ID}")
+        chromium.open("/dags/aigc_generate")
         chromium.log_in(USER, local_stack.password())
         chromium.css("button[aria-label='Trigger Dag']").click()
         chromium.xpath("//*[normalize-space(text())='Deployment and generation']").click()  # a form section
-        chromium.css("input[name=element_prompts]").send_keys("16")  # the one value changed
+        assert not chromium.all_xpath("//*[normalize-space(text())='Synthetic records']")  # its own fields only
+        chromium.type_into("input[name=element_prompts_uri]", "requests/form.jsonl")  # a key in the lake
         chromium.shot("01-trigger-form")
         chromium.all_xpath("//button[normalize-space()='Trigger']")[-1].click()  # the form's, not the header's
-        form_run = chromium.until(lambda: ({r["dag_run_id"] for r in local_stack.runs()} - before or {None}).pop(),
-                                  "the form's run to appear")
+        form_run = chromium.until(
+            lambda: ({r["dag_run_id"] for r in local_stack.runs("aigc_generate")} - before or {None}).pop(),
+            "the form's run to appear")
         api_still_holds = local_stack.task_state(api_run, "release_partition") in (None, "scheduled", "queued")
-        run = local_stack.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{form_run}")
-        assert run["conf"]["prompts"] == 16 and run["conf"]["preset"] == "smoke"  # the form's defaults + our change
+        run = local_stack.api("GET", f"/api/v2/dags/aigc_generate/dagRuns/{form_run}")
+        assert run["conf"]["prompts_uri"] == "requests/form.jsonl" and run["conf"]["preset"] == "smoke"
         assert run_date(run) == today()  # the form's logical date defaults to now
         assert api_still_holds, "the API run gave its date back before the form's run came: nothing was tested"
-        assert local_stack.wait_for_runs([api_run, form_run], timeout=1200) == {api_run: "success",
-                                                                                form_run: "success"}
-        spans = {}
-        for run_id in (api_run, form_run):
-            tis = {t["task_id"]: t for t in local_stack.task_instances(run_id) if t["map_index"] in (-1, 0)}
-            # The run's writes happen between its lease being taken and given back.
-            spans[run_id] = (tis["claim_partition"]["end_date"], tis["release_partition"]["start_date"])
-        assert spans[api_run][1] <= spans[form_run][0], f"runs interleaved: {spans}"
-        lake = open_lake(local_stack.lake_uri)
-        # The form's run replaced the API run's partitions whole; the API run's generation (24 prompts) is
-        # the previous one.
-        generations = resolve(lake, partition("generations", "shapes-cvae", today()))
+        assert local_stack.wait_for_runs([api_run], timeout=1200) == {api_run: "success"}
+        assert local_stack.wait_for_runs([form_run], timeout=900, dag_id="aigc_generate") == {form_run: "success"}
+        api_tis = {t["task_id"]: t for t in local_stack.task_instances(api_run) if t["map_index"] in (-1, 0)}
+        form_tis = {t["task_id"]: t for t in local_stack.task_instances(form_run, "aigc_generate")
+                    if t["map_index"] in (-1, 0)}
+        # The runs' writes happen between their lease being taken and given back: one after the other.
+        assert api_tis["release_partition"]["start_date"] <= form_tis["claim_partition"]["end_date"]
+        assert form_tis["publish_generations"]["state"] == "success"
+        assert form_tis["hand_off_for_evaluation"]["state"] == "skipped"  # production: nothing to evaluate
+        # The form's run replaced the API run's generations whole; the API run's (24 prompts) is the previous.
+        generations = resolve(lake, partition("generations", MODEL, today()))
         replaced = generations["run_prefix"].replace(generations["run_id"], generations["previous_run_id"])
         assert lake.get_json(f"{replaced}/_MANIFEST.json")["generated"] == 24
-        assert lake.get_json(f"{generations['run_prefix']}/_MANIFEST.json")["generated"] == 16
+        manifest = lake.get_json(f"{generations['run_prefix']}/_MANIFEST.json")
+        production = Registry(lake, MODEL).aliases()["aliases"]["production"]
+        assert (manifest["generated"], manifest["model_ref"], manifest["version"]) == (16, "production", production)
         assert lake.list("leases") == []
 
-        chromium.open(f"/dags/{DAG_ID}/runs/{form_run}")
+        chromium.open(f"/dags/aigc_generate/runs/{form_run}")
         chromium.until(lambda: chromium.xpath("//*[contains(normalize-space(.), 'Success')]"), "the run page")
         chromium.shot("02-run-succeeded")
         # The AIGC view inside the Airflow UI: the nav entry opens it in a frame.
@@ -81,11 +97,11 @@ def test_a_form_run_in_chromium_waits_for_the_api_run_of_its_date_and_the_view_s
         chromium.until(lambda: "AIGC" in frame.get_attribute("src") or "/aigc" in frame.get_attribute("src"),
                        "the frame to point at the view")
         chromium.shot("03-aigc-view-in-the-ui")
-        # Its latest report shows the later run's gallery, loaded over HTTP from the lake.
+        # Its latest report shows the day's evaluation gallery, loaded over HTTP from the lake.
         chromium.open("/aigc/latest")
         gallery = chromium.until(lambda: chromium.css("img[src*='gallery.png']"), "the gallery image")
-        evaluation = resolve(lake, partition("evaluations", "shapes-cvae", today()))
-        assert evaluation["run_id"] in gallery.get_attribute("src")  # the later run's report, not an older one
+        evaluation = resolve(lake, partition("evaluations", MODEL, today()))
+        assert evaluation["run_id"] in gallery.get_attribute("src")
         chromium.until(lambda: chromium.driver.execute_script("return arguments[0].naturalWidth", gallery) > 0,
                        "the gallery to load")
         chromium.shot("04-latest-report-gallery")
@@ -101,13 +117,14 @@ def test_a_run_triggered_through_the_rest_api_publishes_every_stage_and_says_so_
     assert run["conf"] == SMOKE_CONF and run["run_type"] == "manual"
 
     # Assets: each stage's output is an asset, produced by the task that publishes it, with an event per run
-    # that says what it published (a later run of the date, the browser test's, may have replaced it since).
+    # that says what it published (a later run of the date, the browser test's, may have replaced it since)
+    # and that it starts no stage DAG (this run ran every stage itself).
     assets = {a["name"]: a for a in local_stack.api("GET", "/api/v2/assets?limit=100")["assets"]}
     for name, producer in ASSETS.items():
-        assert [t["task_id"] for t in assets[name]["producing_tasks"]] == [producer], name
+        assert (DAG_ID, producer) in {(t["dag_id"], t["task_id"]) for t in assets[name]["producing_tasks"]}, name
     events = local_stack.api("GET", f"/api/v2/assets/events?source_run_id={quote(api_run)}&limit=100")["asset_events"]
     assert {e["name"] for e in events} == set(ASSETS)
-    assert all(e["extra"].get("date") == today() for e in events)
+    assert all(e["extra"].get("date") == today() and e["extra"]["chain"] is False for e in events)
     extra = {e["name"]: e["extra"] for e in events}
     lake = open_lake(local_stack.lake_uri)
     curated = f"curated/shapes/dt={today()}/run={extra['aigc_curated_shapes']['run_id']}"
@@ -116,6 +133,7 @@ def test_a_run_triggered_through_the_rest_api_publishes_every_stage_and_says_so_
     generations = extra["aigc_generations"]["generations_uri"].removeprefix(lake.uri.rstrip("/") + "/")
     manifest = lake.get_json(f"{generations}/_MANIFEST.json")
     assert manifest["generated"] == 24 and manifest["rows"] == manifest["prompts"]
+    assert extra["aigc_generations_for_evaluation"]["run_id"] == manifest["run_id"]
     assert Registry(lake, "shapes-cvae").aliases()["aliases"]["production"]
 
     # The evaluate task's extra link opens its report over HTTP, for signed-in users only.
@@ -125,3 +143,70 @@ def test_a_run_triggered_through_the_rest_api_publishes_every_stage_and_says_so_
     status, body = local_stack.get_page(report_url.removeprefix(local_stack.url))
     assert status == 200 and "Pareto" in body
     assert local_stack.get_page(report_url.removeprefix(local_stack.url), token="")[0] in (401, 403)
+
+
+def test_a_prompt_file_dropped_in_the_lake_becomes_production_content_without_training(local_stack, api_run):
+    """The watcher on prompts/ claims the file, aigc_generate generates for it with the production model and
+    publishes after gate 4; no model is trained or deployed for its date."""
+    assert local_stack.wait_for_runs([api_run], timeout=1200)[api_run] == "success"  # production exists
+    local_stack.unpause("aigc_generate")
+    lake = open_lake(local_stack.lake_uri)
+    date = "2026-10-01"
+    registry_before = Registry(lake, MODEL).versions()
+    lake.put_bytes(f"prompts/shapes/dt={date}/prompts.jsonl", prompt_lines(10, "a small red circle on the left"))
+    run = local_stack.wait_for_a_run("aigc_generate", lambda r: r["run_type"] == "asset_triggered"
+                                     and _triggered_by(local_stack, r, "aigc_prompt_files"),
+                                     "the watcher to start aigc_generate for the dropped file", timeout=600)
+    assert run["state"] == "success", f"{run}; logs in {local_stack.home / 'logs'}"
+    pointer = resolve(lake, partition("generations", MODEL, date))
+    manifest = lake.get_json(f"{pointer['run_prefix']}/_MANIFEST.json")
+    assert (manifest["generated"], manifest["model_ref"]) == (10, "production")
+    assert manifest["prompts_key"] == f"prompts/shapes/dt={date}/prompts.jsonl"
+    with pytest.raises(NotPublished):
+        resolve(lake, partition("training", MODEL, date))
+    assert Registry(lake, MODEL).versions() == registry_before  # nothing trained, registered or promoted
+    assert lake.get_json(f"prompts/shapes/dt={date}/_CLAIMED.json")["sha256"]
+
+
+def _triggered_by(stack, run: dict, asset: str) -> bool:
+    events = stack.api("GET", f"/api/v2/dags/{run['dag_id']}/dagRuns/{quote(run['dag_run_id'])}/upstreamAssetEvents")
+    return any(e["name"] == asset for e in events["asset_events"])
+
+
+def test_the_nightly_chain_runs_every_stage_from_the_scheduled_prepare_run_with_no_user_action(local_stack, api_run):
+    """Unpaused, aigc_prepare gets its scheduled run for the latest day; each stage's publication starts the
+    next stage's DAG (assets), down to production content and a promoted model for that day."""
+    assert local_stack.wait_for_runs([api_run], timeout=1200)[api_run] == "success"
+    local_stack.unpause(*STAGE_DAG_IDS)
+    yesterday = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
+    prepare = local_stack.wait_for_a_run("aigc_prepare", lambda r: r["run_type"] == "scheduled",
+                                         "the scheduled aigc_prepare run", timeout=600)
+    assert prepare["state"] == "success" and run_date(prepare) == yesterday
+    runs = {"aigc_prepare": prepare}
+    for dag_id, asset in (("aigc_train", "aigc_curated_shapes"), ("aigc_deploy", "aigc_model_candidate"),
+                          ("aigc_generate", "aigc_model_deployable"),
+                          ("aigc_evaluate", "aigc_generations_for_evaluation")):
+        upstream = runs[list(runs)[-1]]
+
+        def started_by_upstream(r, upstream=upstream, asset=asset):
+            if r["run_type"] != "asset_triggered":
+                return False
+            events = local_stack.api("GET", f"/api/v2/dags/{r['dag_id']}/dagRuns/{quote(r['dag_run_id'])}"
+                                            "/upstreamAssetEvents")["asset_events"]
+            return any(e["name"] == asset and e["source_run_id"] == upstream["dag_run_id"] for e in events)
+
+        runs[dag_id] = local_stack.wait_for_a_run(dag_id, started_by_upstream, f"{dag_id} to follow {asset}",
+                                                  timeout=900)
+        assert runs[dag_id]["state"] == "success", f"{dag_id}: {runs[dag_id]}; logs in {local_stack.home}/logs"
+        worked = {t["task_id"]: t["state"] for t in local_stack.task_instances(runs[dag_id]["dag_run_id"], dag_id)}
+        assert worked["wanted"] == "success" and worked["release_partition"] == "success", (dag_id, worked)
+    lake = open_lake(local_stack.lake_uri)
+    published = published_runs(lake, yesterday)  # curated, training, generations, evaluations: each a pointer
+    evaluated = lake.get_json(f"generations/{MODEL}/dt={yesterday}/run={published['generations']}/_MANIFEST.json")
+    registry = Registry(lake, MODEL)
+    record = registry.get(evaluated["version"])  # the chain's model: trained, deployed and evaluated for the day
+    assert record["date"] == yesterday and record["smoke_test"]["passed"]
+    # Gate 5 passed; production moved to it unless it was significantly worse than the API run's model.
+    promoted = registry.aliases()["aliases"]["production"] == record["version"]
+    assert promoted or record["not_promoted"]["date"] == yesterday
+    assert lake.list("leases") == []

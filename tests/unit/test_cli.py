@@ -94,7 +94,7 @@ def test_a_command_refuses_a_date_a_dag_run_is_writing_and_releases_its_own(caps
     rc, summary, err = aigc(capsys, *PREPARE, "--lake", lake.uri)
     assert rc == 1 and summary["ok"] is False
     assert error_line(err).startswith(f"error: DateBusy: {DATE} is being written by 'scheduled__2026-11-28T00:00:00")
-    assert "run the command again once it has finished" in err
+    assert "try again once it has finished" in err
     assert not lake.list("curated") and not lake.list("quarantine")  # refused before writing anything
     lease.release("scheduled__2026-11-28T00:00:00+00:00")
     rc, summary, _ = aigc(capsys, *PREPARE, "--lake", lake.uri)

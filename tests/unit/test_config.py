@@ -187,3 +187,20 @@ def test_model_resolution_and_heads_are_checked():
         ModelConfig(resolution=48)
     with pytest.raises(ValueError, match="multiple of 4"):
         ModelConfig(text_dim=30)
+
+
+def test_the_form_table_maps_a_runs_values_onto_the_config_and_knows_its_stages():
+    from aigc.config import preset
+    from aigc.config.form import FORM, config_changes, fields_of
+
+    changes = config_changes({"preset": "smoke", "resolution": 64, "train_steps": 7, "synthetic_drop": False,
+                              "prompts_uri": "requests/x.jsonl", "model_ref": None, "min_alignment": 0.5})
+    assert changes == {"raw": {"resolution": 64}, "prepare": {"resolution": 64}, "train": {"steps": 7},
+                       "evaluate_gate": {"min_alignment": 0.5}}  # switches and empty values set nothing
+    cfg = preset("smoke").override(changes)
+    assert (cfg.raw.resolution, cfg.train.steps, cfg.evaluate_gate.min_alignment) == (64, 7, 0.5)
+    assert {f.stage for f in fields_of(["train"])} == {"train"}
+    assert "model_ref" not in {f.param for f in fields_of(["prepare", "train", "deploy", "generate", "evaluate"])}
+    assert len({f.param for f in FORM}) == len(FORM)
+    with pytest.raises(ValueError, match="unknown stage"):
+        fields_of(["publish"])

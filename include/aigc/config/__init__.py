@@ -8,13 +8,13 @@ flag is fixed from the message alone.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
 from aigc.config._checks import RESOLUTIONS
 from aigc.config.data import CuratedGateThresholds, PrepareConfig, RawDropConfig
 from aigc.config.evaluation import EvaluateConfig, EvaluationGateThresholds
+from aigc.config.operations import DATE_LEASE_TTL  # here, not in aigc.lake.lease: the DAG files read it
 from aigc.config.serving import (
     VARIANTS,
     BatchingConfig,
@@ -31,13 +31,6 @@ __all__ = [
     "GenerateConfig", "GenerateGateThresholds", "ModelConfig", "PipelineConfig", "PrepareConfig", "RawDropConfig",
     "TrainConfig", "TrainingGateThresholds", "preset",
 ]
-
-
-DATE_LEASE_TTL = dt.timedelta(hours=10)
-"""How long a run (a DAG run or an ``aigc`` command) holds a date between renewals: longer than the longest
-task (training's execution_timeout is 8 h), so a live run never loses its date mid-task; a run that died
-without releasing blocks the date this long at most. (Here, not in aigc.lake.lease: the DAG file reads it
-at parse time, and the lake package imports boto3 and pyarrow.)"""
 
 
 @dataclass(frozen=True)

@@ -55,12 +55,13 @@ class Console:
 
 
 def run_dag_test(date: str, conf: dict, env: dict, log: Path, out: TextIO = sys.stdout,
-                 timeout_s: float | None = None) -> int:
-    """Run the DAG for ``date`` in one process; every line to ``log``, the telling ones to ``out``."""
+                 timeout_s: float | None = None, dag_id: str = "aigc_pipeline") -> int:
+    """Run a DAG (by default every stage's) for ``date`` in one process; every line to ``log``, the telling
+    ones to ``out``."""
     airflow = Path(sys.executable).parent / "airflow"
     console = Console(out)
-    console.say(f"aigc_pipeline for {date} on {env.get('AIGC_LAKE_URI')} (full task log: {log})")
-    with log.open("w") as f, subprocess.Popen([str(airflow), "dags", "test", "aigc_pipeline", date, "-c",
+    console.say(f"{dag_id} for {date} on {env.get('AIGC_LAKE_URI')} (full task log: {log})")
+    with log.open("w") as f, subprocess.Popen([str(airflow), "dags", "test", dag_id, date, "-c",
                                                json.dumps(conf)], env=env, stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
         watchdog = threading.Timer(timeout_s, proc.kill) if timeout_s else None

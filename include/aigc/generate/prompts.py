@@ -21,9 +21,11 @@ from importlib import resources
 from aigc.config import GenerateConfig
 from aigc.lake import Lake
 from aigc.lake.base import ObjectNotFound
-from aigc.lake.keys import join, partition
+from aigc.lake.keys import join, parse_date, partition
 
 FILE = "prompts.jsonl"
+CLAIM = "_CLAIMED.json"
+"""Beside a dropped prompt file once a watcher has fired for it (aigc_airflow.triggers.PromptFileTrigger)."""
 
 
 class BadPrompts(ValueError):
@@ -32,6 +34,64 @@ class BadPrompts(ValueError):
 
 def prompts_key(dataset: str, date: str | dt.date) -> str:
     return join(partition("prompts", dataset, date), FILE)
+
+
+def prompts_key_of(lake: Lake, uri: str) -> str:
+    """The lake key of a prompt file given as a URI under the lake or as a key; ValueError for one elsewhere."""
+    root = lake.uri.rstrip("/") + "/"
+    if uri.startswith(root):
+        return uri[len(root):]
+    if "://" in uri or uri.startswith("/"):
+        raise ValueError(f"prompt file {uri} is not in the lake {lake.uri}: copy it under the lake (for example "
+                         f"to {lake.url('prompts/<dataset>/dt=<date>/' + FILE)})")
+    return uri.lstrip("/")
+
+
+class _Claimed(Exception):
+    """Another watcher claimed the same content first."""
+
+
+def claim_prompt_file(lake: Lake, dataset: str) -> dict | None:
+    """The first dropped prompt file (``prompts/<dataset>/dt=<date>/prompts.jsonl``) not claimed yet, or changed
+    since its claim, now claimed by a conditional write (two watchers never both get it); None if there is none.
+
+    A claim records the file's size and SHA-256. A file is read only when it has no claim or its size differs
+    from the claim's, so each poll costs one listing and one small read per file; a changed file of exactly the
+    same size is not noticed (drop it again under its date after deleting its _CLAIMED.json)."""
+    import hashlib
+
+    from aigc.lake.cas import update_json
+
+    root = join("prompts", dataset)
+    for key in sorted(k for k in lake.list(root) if k.endswith("/" + FILE)):
+        folder = key.rsplit("/", 1)[0]
+        try:
+            date = parse_date(folder.rsplit("/", 1)[-1].removeprefix("dt=")).isoformat()
+        except ValueError:
+            continue  # not a date partition: not a drop
+        claim_key = join(folder, CLAIM)
+        try:
+            claim = lake.get_json(claim_key)
+        except ObjectNotFound:
+            claim = None
+        size = lake.size(key)
+        if claim and claim.get("size") == size:
+            continue
+        digest = hashlib.sha256(lake.get_bytes(key)).hexdigest()
+        found = {"date": date, "prompts_key": key, "prompts_uri": lake.url(key), "size": size, "sha256": digest,
+                 "claimed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+
+        def take(previous: dict | None, found=found) -> dict:
+            if previous and previous.get("sha256") == found["sha256"]:
+                raise _Claimed
+            return found
+
+        try:
+            update_json(lake, claim_key, take, what="prompt file claim")
+        except _Claimed:
+            continue
+        return found
+    return None
 
 
 def load_prompts(lake: Lake, key: str, cfg: GenerateConfig) -> list[dict]:

@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from aigc.config import PipelineConfig
-from aigc.generate.prompts import load_prompts, make_demo_prompts, prompts_key, shard_ranges
+from aigc.generate.prompts import load_prompts, make_demo_prompts, shard_ranges
+from aigc.generate.prompts import prompts_key as dated_prompts_key
 from aigc.lake import Lake
 from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join, parse_date, partition, run_prefix
@@ -54,11 +55,12 @@ def generation_prefix(model: str, date: str | dt.date, run_id: str) -> str:
 
 
 def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id: str | None = None,
-                    demo_prompts: bool = False, model_ref: str | None = None) -> dict:
+                    demo_prompts: bool = False, model_ref: str | None = None, prompts_key: str | None = None) -> dict:
     """Check model, variant and prompts; split the prompts into shards. Writes the demo prompt set if asked.
 
-    ``model_ref`` (default: the config's, ``candidate``) names the version or alias to generate with; the
-    DAG passes the version its own run registered, since another date's run may move the alias meanwhile."""
+    ``model_ref`` (default: the config's, ``candidate``) names the version or alias to generate with; a
+    deployment's run passes the version it deployed, since another date's run may move the alias meanwhile.
+    ``prompts_key``: a prompt file anywhere in the lake instead of the date's (``prompts/<dataset>/dt=…``)."""
     from aigc.registry import Registry
 
     date, g = parse_date(date), cfg.generate
@@ -69,14 +71,14 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run
         raise VariantNotEligible(f"{cfg.model.name} {record['version']} ({ref}): variant {g.variant!r} has "
                                  f"not passed gate 3; eligible variants: {eligible or 'none (run aigc deploy)'}")
     run_id = run_id or new_run_id()
-    key = prompts_key(cfg.prepare.dataset, date)
-    if demo_prompts and not lake.exists(key):
+    key = prompts_key or dated_prompts_key(cfg.prepare.dataset, date)
+    if demo_prompts and not prompts_key and not lake.exists(key):
         key = join(generation_prefix(cfg.model.name, date, run_id), DEMO_PROMPTS)
         if not lake.exists(key):  # a retry of this plan (same run id, same config) reuses its set
             make_demo_prompts(lake, cfg.prepare.dataset, date, g, key)
     n = len(load_prompts(lake, key, g))
     return {"stage": "plan-generation", "date": date.isoformat(), "run_id": run_id, "model": cfg.model.name,
-            "version": record["version"], "variant": g.variant, "prompts": n, "prompts_key": key,
+            "model_ref": ref, "version": record["version"], "variant": g.variant, "prompts": n, "prompts_key": key,
             "shards": [{"shard": k, "lo": lo, "hi": hi} for k, (lo, hi) in enumerate(shard_ranges(n, g.shards))]}
 
 
@@ -166,13 +168,14 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
                   if r["status"] == "generated"][:per_shard]
     lake.put_bytes(join(prefix, "gallery.png"), gallery_png([r["image"] for r in shown], [r["prompt"] for r in shown]))
     manifest = {**{k: plan[k] for k in ("date", "run_id", "model", "version", "variant", "prompts")},
+                "model_ref": plan.get("model_ref"),
                 "prompts_key": plan["prompts_key"], "prompts_uri": lake.url(plan["prompts_key"]),
                 "shards": entries, "rows": sum(e["rows"] for e in entries),
                 "generated": sum(e["generated"] for e in entries), "refused": sum(e["refused"] for e in entries),
                 "cached": sum(e["cached"] for e in entries)}
     lake.put_json(join(prefix, MANIFEST), manifest)
-    return {"stage": "generate", **{k: manifest[k] for k in ("date", "run_id", "model", "version", "variant",
-                                                              "rows", "generated", "refused", "cached")},
+    return {"stage": "generate", **{k: manifest[k] for k in ("date", "run_id", "model", "model_ref", "version",
+                                                              "variant", "rows", "generated", "refused", "cached")},
             "run_uri": lake.url(prefix), "gallery_uri": lake.url(join(prefix, "gallery.png"))}
 
 

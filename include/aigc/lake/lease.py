@@ -112,7 +112,8 @@ class Lease:
 
 
 PIPELINE = "aigc_pipeline"
-"""The DAG id whose runs, and the CLI, share one lease per date."""
+"""The name every DAG (the stage DAGs and aigc_pipeline) and every ``aigc`` command that writes a date share its
+lease under: one writer per date, whichever way it runs."""
 
 
 def date_lease(lake: Lake, date: dt.date | str, pipeline: str = PIPELINE) -> Lease:

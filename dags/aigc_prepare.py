@@ -1,0 +1,23 @@
+"""aigc_prepare (stage 1): nightly, one partition per logical date; the DAG to backfill.
+
+    claim_partition ── choose_drop ─┬─ make_demo_drop ─┐
+                                    └─ wait_for_drop ──┴─ prepare ── gate_curated ── publish_curated ── release
+publish_curated updates the asset aigc_curated_shapes, which starts aigc_train, except in a backfill:
+`airflow backfill create --dag-id aigc_prepare` re-curates a range of dates and trains nothing.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import CronDataIntervalTimetable, dag
+
+from aigc_airflow.stage_tasks import dag_args, leased_stage, prepare_tasks
+
+
+@dag(dag_id="aigc_prepare", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),  # D runs once D ended
+     max_active_runs=2, doc_md=__doc__, description="Stage 1: the date's raw drop → curated partition (gate 1).",
+     **dag_args("prepare"))
+def aigc_prepare():
+    leased_stage(prepare_tasks())
+
+
+aigc_prepare()

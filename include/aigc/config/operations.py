@@ -1,0 +1,38 @@
+"""How long tasks may run and wait, and the date lease derived from them.
+
+A DAG run renews its lease on a date when each task starts, so the lease must outlive the longest
+stretch between two renewals: the longest task, plus the longest a task can wait in the queue for a
+worker (a GPU task behind the one GPU), plus the longest retry delay. Everything here is a plain
+timedelta: the DAG files read it at parse time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+DEFAULT_TASK_TIMEOUT = dt.timedelta(hours=1)
+"""execution_timeout of every task not named in TASK_TIMEOUTS (gates, publishes, planning: minutes)."""
+TASK_TIMEOUTS = {
+    "train": dt.timedelta(hours=8),
+    "generate_shard": dt.timedelta(hours=2),
+    "evaluate": dt.timedelta(hours=3),
+    "build_variants": dt.timedelta(hours=2),
+    "prepare": dt.timedelta(hours=4),
+}
+"""execution_timeout by task id: the stages' heavy work."""
+TASK_QUEUED_TIMEOUT = dt.timedelta(hours=2)
+"""Airflow's [scheduler] task_queued_timeout (its default of 10 minutes fails a GPU task that waits its turn
+behind another run's training): the deployment sets AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT to this."""
+MAX_RETRY_DELAY = dt.timedelta(minutes=15)
+"""The DAGs' max_retry_delay (exponential back-off stops growing here)."""
+LEASE_MARGIN = dt.timedelta(minutes=30)
+
+
+def task_timeout(task_id: str) -> dt.timedelta:
+    return TASK_TIMEOUTS.get(task_id, DEFAULT_TASK_TIMEOUT)
+
+
+DATE_LEASE_TTL = max(TASK_TIMEOUTS.values()) + TASK_QUEUED_TIMEOUT + MAX_RETRY_DELAY + LEASE_MARGIN
+"""How long a run (a DAG run or an ``aigc`` command) holds a date between renewals: the longest task, its
+longest wait in the queue and its longest retry delay, so a live run never loses its date; a run that died
+without releasing blocks the date this long at most (10 h 45 min)."""

@@ -1,0 +1,202 @@
+"""One API per stage, under both the DAGs and the CLI: produce → gate → publish, on a leased date.
+
+Each stage writes its run into a staging folder (``produce``: the stage's own functions, whose
+summary names the run), its gate audits what was stored (``gate``), and only then does
+``publish`` move a pointer or an alias. A DAG runs each step as its own task; ``aigc <stage>``
+runs produce, then ``finish`` (gate, then publish) in one process. Both call the methods here, so
+both publish the same objects at the same point under the same rules:
+
+    prepare   gate 1 → curated partition (and its quarantine, one pointer)
+    train     gate 2 → training partition (the candidate's weights for stage 3)
+    deploy    gate 3 → the version's eligible variants in the registry (nothing else moves)
+    generate  gate 4 → generations partition, when the model is ``production`` (content for users);
+                       a candidate's run is handed to evaluation instead, which publishes it after gate 5
+    evaluate  gate 5 → generations and evaluation partitions, production → the version (unless worse)
+
+Every writer holds the date's lease (``holding_date``): one DAG run or one command at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:  # the DAG files import this module at parse time: no pyarrow or boto3 then
+    from aigc.config import PipelineConfig
+    from aigc.lake import Lake
+
+PRODUCTION = "production"
+
+
+class DateBusy(RuntimeError):
+    """Another run (a DAG run or a command) is writing the date."""
+
+
+@contextlib.contextmanager
+def holding_date(lake: Lake, date: dt.date | str, owner: str, ttl: dt.timedelta) -> Iterator[dict]:
+    """Hold the date's lease for the block, renewed in the background; DateBusy (saying who holds it and until
+    when) if another owner has it. A DAG run takes the same lease task by task (aigc_airflow.runtime)."""
+    from aigc.lake.lease import LeaseHeld, date_lease
+
+    lease = date_lease(lake, date)
+    with contextlib.ExitStack() as held:
+        try:
+            record = held.enter_context(lease.holding(owner, ttl))
+        except LeaseHeld as e:
+            raise DateBusy(f"{date} is being written by {e.holder['owner']!r} (lease {lake.url(lease.key)}, until "
+                           f"{e.holder['expires_at']}): try again once it has finished") from None
+        yield record
+
+
+class Stage(ABC):
+    """A stage's gate and publication over what its ``produce`` step wrote (``produced``: that step's summary)."""
+
+    name: ClassVar[str]
+    gate_name: ClassVar[str]
+
+    @abstractmethod
+    def gate(self, lake: Lake, cfg: PipelineConfig, produced: dict) -> dict:
+        """Audit the staged run; GateFailed if it does not pass. The result names its ``result_uri``."""
+
+    def publish(self, lake: Lake, cfg: PipelineConfig, produced: dict) -> dict | None:
+        """Make the gated run visible to readers; None when this stage publishes nothing itself."""
+        return None
+
+    def finish(self, lake: Lake, cfg: PipelineConfig, produced: dict) -> dict:
+        """Gate, then publish: the CLI's last step (a DAG runs the two as tasks)."""
+        gated = self.gate(lake, cfg, produced)
+        published = self.publish(lake, cfg, produced)
+        return {"gate": gated["result_uri"], "gate_result": gated, "published": published is not None,
+                **(published or {})}
+
+
+class PrepareStage(Stage):
+    name, gate_name = "prepare", "curated"
+
+    def produce(self, raw: Lake, lake: Lake, date, cfg: PipelineConfig) -> dict:
+        from aigc.prepare import prepare
+
+        return prepare(raw, lake, date, cfg.prepare)
+
+    def gate(self, lake, cfg, produced):
+        from aigc.quality.curated import validate_curated
+
+        return validate_curated(lake, cfg.prepare.dataset, produced["date"], produced["run_id"], cfg.curated_gate,
+                                cfg.prepare)
+
+    def publish(self, lake, cfg, produced):
+        from aigc.prepare import publish_prepared
+
+        return publish_prepared(lake, cfg.prepare.dataset, produced["date"], produced["run_id"])
+
+
+class TrainStage(Stage):
+    name, gate_name = "train", "training"
+
+    def produce(self, lake: Lake, date, cfg: PipelineConfig, **launch) -> dict:
+        """torchrun on the date's window (``launch``: run_id, env, on_line, on_start of run_training)."""
+        from aigc.train.launch import run_training
+
+        return run_training(lake, date, cfg, **launch)
+
+    def gate(self, lake, cfg, produced):
+        from aigc.quality.training import validate_training
+
+        return validate_training(lake, cfg.model.name, produced["date"], produced["run_id"], cfg.train_gate)
+
+    def publish(self, lake, cfg, produced):
+        from aigc.quality.training import publish_trained
+
+        return publish_trained(lake, cfg.model.name, produced["date"], produced["run_id"])
+
+
+class DeployStage(Stage):
+    """Registering moves ``candidate`` (a version is in the registry from then on); gate 3 then records which of
+    its variants may serve. Nothing else is published: a version whose gate 3 passed is deployable."""
+
+    name, gate_name = "deploy", "deploy"
+
+    def register(self, lake: Lake, date, cfg: PipelineConfig) -> dict:
+        from aigc.registry.deploy import register_trained
+
+        return register_trained(lake, cfg.model.name, date)
+
+    def build(self, lake: Lake, cfg: PipelineConfig, version: str) -> dict:
+        from aigc.registry.deploy import build_variants
+
+        return build_variants(lake, cfg.model.name, version, cfg.deploy)
+
+    def gate(self, lake, cfg, produced):
+        from aigc.quality.deploy import smoke_test
+
+        return smoke_test(lake, cfg.model.name, produced["version"], cfg.deploy_gate, str(produced["date"]))
+
+
+class GenerateStage(Stage):
+    """Produce is plan → one ``shard`` per mapped task → ``finish_run``."""
+
+    name, gate_name = "generate", "generate"
+
+    def plan(self, lake: Lake, date, cfg: PipelineConfig, *, run_id: str | None = None, demo_prompts: bool = False,
+             model_ref: str | None = None, prompts_key: str | None = None) -> dict:
+        from aigc.generate.run import plan_generation
+
+        return plan_generation(lake, date, cfg, run_id=run_id, demo_prompts=demo_prompts, model_ref=model_ref,
+                               prompts_key=prompts_key)
+
+    def shard(self, lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> dict:
+        from aigc.generate.run import generate_shard
+
+        return generate_shard(lake, plan, shard, cfg)
+
+    def finish_run(self, lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
+        from aigc.generate.run import finish_generation
+
+        return finish_generation(lake, plan, cfg)
+
+    @staticmethod
+    def publishes_content(produced: dict) -> bool:
+        """Production's output is content for users once gate 4 passes (the model already passed gate 5); any
+        other model's run is evaluated first, and aigc_evaluate publishes it after gate 5."""
+        return produced.get("model_ref") == PRODUCTION
+
+    def gate(self, lake, cfg, produced):
+        from aigc.quality.generation import validate_generation
+
+        return validate_generation(lake, produced, cfg, cfg.generate_gate)
+
+    def publish(self, lake, cfg, produced):
+        from aigc.generate.run import publish_generations
+
+        if not self.publishes_content(produced):
+            return None
+        published = publish_generations(lake, cfg.model.name, produced["date"], produced["run_id"])
+        return {**published, "generations_uri": published["run_uri"]}
+
+
+class EvaluateStage(Stage):
+    name, gate_name = "evaluate", "evaluation"
+
+    def produce(self, lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) -> dict:
+        from aigc.evaluate.run import evaluate
+
+        return evaluate(lake, generation, cfg, run_id=run_id)
+
+    def gate(self, lake, cfg, produced):
+        from aigc.quality.evaluation import validate_evaluation
+
+        return validate_evaluation(lake, produced, cfg.evaluate_gate)
+
+    def publish(self, lake, cfg, produced):
+        from aigc.quality.evaluation import promote_and_publish
+
+        return promote_and_publish(lake, produced, cfg)
+
+
+PREPARE, TRAIN, DEPLOY, GENERATE, EVALUATE = (PrepareStage(), TrainStage(), DeployStage(), GenerateStage(),
+                                              EvaluateStage())
+STAGES: dict[str, Stage] = {s.name: s for s in (PREPARE, TRAIN, DEPLOY, GENERATE, EVALUATE)}
+GATES: dict[str, Stage] = {s.gate_name: s for s in STAGES.values()}

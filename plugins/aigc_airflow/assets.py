@@ -1,0 +1,31 @@
+"""The assets that link the stage DAGs: each stage's publication is the next one's schedule.
+
+    aigc_prepare ─ CURATED ─▶ aigc_train ─ MODEL_CANDIDATE ─▶ aigc_deploy ─ MODEL_DEPLOYABLE ─▶ aigc_generate
+    PROMPT_FILES (a watcher on the lake's prompts/ prefix) ─────────────────────────────────────▶ aigc_generate
+    aigc_generate ─ GENERATED_FOR_EVALUATION ─▶ aigc_evaluate ─ GENERATIONS, EVALUATIONS
+    aigc_generate (production) ─ GENERATIONS
+
+Named, not keyed by the lake's URI: an asset's identity must not change when the lake moves (Airflow
+would mark the old one inactive and fail the producing task). Every event's ``extra`` says what was
+published (date, run id, version, URIs) and whether it starts the next stage (``chain``).
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Asset, AssetWatcher
+
+from aigc_airflow.triggers import PromptFileTrigger
+
+ALL_STAGES_DAG = "aigc_pipeline"
+"""The DAG that runs every stage in one run (make demo, a one-off run of a date): its events start nothing."""
+PIPELINE_DATASET = "shapes"
+
+CURATED = Asset(name="aigc_curated_shapes")
+MODEL_CANDIDATE = Asset(name="aigc_model_candidate")
+MODEL_DEPLOYABLE = Asset(name="aigc_model_deployable")
+GENERATED_FOR_EVALUATION = Asset(name="aigc_generations_for_evaluation")
+GENERATIONS = Asset(name="aigc_generations")
+EVALUATIONS = Asset(name="aigc_evaluations")
+PROMPT_FILES = Asset(name="aigc_prompt_files", watchers=[
+    AssetWatcher(name="aigc_prompt_files_in_the_lake", trigger=PromptFileTrigger(dataset=PIPELINE_DATASET)),
+])

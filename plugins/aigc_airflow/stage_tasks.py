@@ -1,0 +1,390 @@
+"""Each stage's tasks, defined once: the stage DAGs (``dags/aigc_<stage>.py``) and the all-stages
+``aigc_pipeline`` build them from here.
+
+Every task body calls the core's stage API (aigc.stages), importing it when it runs, so the
+dag-processor parses the DAG files in milliseconds and with no I/O. A stage finds its input the
+same way in every DAG: in the asset event that started its run (a stage DAG), else in the
+upstream stage's task of the same run (aigc_pipeline), else in the lake or the form.
+
+Each builder returns the stage's tasks for chaining (``Ends``); ``leased`` wraps a DAG's stages in
+the date's lease (a setup that claims it, a teardown that gives it back).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+import pendulum
+from airflow.sdk import PokeReturnValue, TaskGroup, get_current_context, task
+
+from aigc.config.operations import DATE_LEASE_TTL, DEFAULT_TASK_TIMEOUT, MAX_RETRY_DELAY, task_timeout
+from aigc_airflow.assets import (
+    CURATED,
+    EVALUATIONS,
+    GENERATED_FOR_EVALUATION,
+    GENERATIONS,
+    MODEL_CANDIDATE,
+    MODEL_DEPLOYABLE,
+)
+from aigc_airflow.evaluate_operator import EvaluateOperator
+from aigc_airflow.operators import QualityGateOperator
+from aigc_airflow.params import params_for
+from aigc_airflow.runtime import newest_event
+from aigc_airflow.train_operator import DistributedTrainOperator
+
+log = logging.getLogger(__name__)
+# Tasks that want an accelerator go to this queue; with one local worker (or LocalExecutor) it is ignored.
+GPU_QUEUE = os.environ.get("AIGC_GPU_QUEUE", "default")
+# …and take a slot of this pool (one slot per GPU: `airflow pools set gpu <n> …`, made by `make install`, the
+# compose file's airflow-init and the test deployments), so they wait their turn instead of sharing a device.
+GPU_POOL = os.environ.get("AIGC_GPU_POOL", "gpu")
+# How long a run waits for another run of its date to finish: past the lease's expiry.
+PARTITION_WAIT = DATE_LEASE_TTL + timedelta(hours=1)
+STAGE_ORDER = ("prepare", "train", "deploy", "generate", "evaluate")
+
+
+def dag_args(*stages: str) -> dict:
+    """What every aigc DAG shares (retries, timeouts, start date) and its trigger form: ``stages``' fields."""
+    return {
+        "start_date": pendulum.datetime(2026, 1, 1, tz="UTC"),
+        "catchup": False,
+        "params": params_for(*stages),
+        "tags": ["aigc", *(f"stage-{n}-{s}" for n, s in enumerate(STAGE_ORDER, start=1) if s in stages)],
+        "default_args": {
+            "owner": "aigc-platform",
+            "retries": 2,
+            "retry_delay": timedelta(minutes=1),
+            "retry_exponential_backoff": True,
+            "max_retry_delay": MAX_RETRY_DELAY,
+            "execution_timeout": DEFAULT_TASK_TIMEOUT,  # the heavy tasks set theirs (aigc.config.operations)
+        },
+    }
+
+
+class Ends(NamedTuple):
+    """A stage's entry task, the task the next stage follows, and any other task that ends it (a branch)."""
+
+    first: Any
+    last: Any
+    others: tuple = ()
+
+
+def run_config(hold: bool = True):
+    """(context, typed config, lake, date) for the running task.
+
+    ``hold`` renews this run's lease on the date first, so a run that lost it (another run took it over
+    after it expired) fails here, before it writes anything; every task that writes does so.
+    """
+    from aigc_airflow.runtime import hold_partition_or_fail, open_task_lake, partition_date, pipeline_config
+
+    context = get_current_context()
+    lake = open_task_lake()
+    if hold:
+        hold_partition_or_fail(context, lake)
+    return context, pipeline_config(context["params"]), lake, partition_date(context)
+
+
+def announced(context, summary: dict) -> dict:
+    """``summary``, after writing what it published into this task's asset events."""
+    from aigc_airflow.runtime import annotate_outlets
+
+    annotate_outlets(context, summary)
+    return summary
+
+
+# -- the date's lease ----------------------------------------------------------------------------------
+def leased(first, ends: list):
+    """claim_partition >> first … ends >> release_partition: one run at a time writes a date. A second run of
+    the date (a manual run beside the scheduled one, another stage's run, a backfill over a running date)
+    waits in claim_partition until the first releases it, instead of interleaving its publishes."""
+
+    @task.sensor(poke_interval=60, timeout=PARTITION_WAIT.total_seconds(), mode="reschedule",
+                 execution_timeout=task_timeout("claim_partition"))
+    def claim_partition() -> PokeReturnValue:
+        from aigc.lake.lease import LeaseHeld
+        from aigc_airflow.runtime import hold_partition
+
+        context, _cfg, lake, date = run_config(hold=False)
+        try:
+            return PokeReturnValue(is_done=True, xcom_value=hold_partition(context, lake, date))
+        except LeaseHeld as e:
+            log.info("%s", e)
+            return PokeReturnValue(is_done=False)
+
+    @task
+    def release_partition() -> bool:
+        from aigc_airflow.runtime import lease_owner, partition_lease
+
+        context, _cfg, lake, date = run_config(hold=False)
+        return partition_lease(lake, date).release(lease_owner(context))
+
+    claim = claim_partition()
+    claim >> first
+    ends >> release_partition().as_teardown(setups=claim)
+    return claim
+
+
+def leased_stage(ends: Ends):
+    """A stage DAG's stage inside the date's lease."""
+    return leased(ends.first, [ends.last, *ends.others])
+
+
+@task.short_circuit
+def wanted() -> bool:
+    """A stage DAG started by asset events runs only if one of them asks for the chain to go on: a backfill's
+    or aigc_pipeline's publications start nothing (see runtime.starts_the_chain)."""
+    from aigc_airflow.runtime import triggering_events
+
+    events = triggering_events(get_current_context())
+    if events and not any(e["extra"].get("chain", True) for e in events):
+        log.info("started by %d event(s) of backfills or of aigc_pipeline: nothing to do", len(events))
+        return False
+    return True
+
+
+# -- stage 1 -------------------------------------------------------------------------------------------
+def _raw_lake(lake, cfg, params):
+    from aigc.lake.keys import join
+    from aigc_airflow.runtime import open_task_lake
+
+    return open_task_lake(params["raw_uri"]) if params.get("raw_uri") else lake.sub(join("raw", cfg.raw.source))
+
+
+def prepare_tasks():
+    with TaskGroup("stage_1_prepare", prefix_group_id=False, tooltip="Stage 1: prepare the date's raw drop"):
+
+        @task.branch
+        def choose_drop() -> str:
+            return "make_demo_drop" if get_current_context()["params"]["synthetic_drop"] else "wait_for_drop"
+
+        @task
+        def make_demo_drop() -> dict:
+            from aigc.prepare import make_raw_drop
+
+            context, cfg, lake, date = run_config()
+            return make_raw_drop(_raw_lake(lake, cfg, context["params"]), date, cfg.raw)
+
+        @task.sensor(poke_interval=300, timeout=6 * 3600, mode="reschedule")
+        def wait_for_drop():
+            from aigc.lake.keys import join
+            from aigc.prepare.drop import SUCCESS, drop_prefix
+
+            context, cfg, lake, date = run_config()
+            return _raw_lake(lake, cfg, context["params"]).exists(join(drop_prefix(date), SUCCESS))
+
+        @task(trigger_rule="none_failed_min_one_success", execution_timeout=task_timeout("prepare"))
+        def prepare() -> dict:
+            from aigc.stages import PREPARE
+
+            context, cfg, lake, date = run_config()
+            return PREPARE.produce(_raw_lake(lake, cfg, context["params"]), lake, date, cfg)
+
+        @task(outlets=[CURATED])
+        def publish_curated(prepared: dict) -> dict:
+            from aigc.stages import PREPARE
+
+            context, cfg, lake, _date = run_config()
+            return announced(context, PREPARE.publish(lake, cfg, prepared))
+
+        branch = choose_drop()
+        prepared = prepare()
+        branch >> [make_demo_drop(), wait_for_drop()] >> prepared
+        gate = QualityGateOperator(task_id="gate_curated", gate="curated", prepared=prepared)
+        published = publish_curated(prepared)
+        gate >> published
+    return Ends(branch, published)
+
+
+# -- stage 2 -------------------------------------------------------------------------------------------
+def train_tasks():
+    with TaskGroup("stage_2_train", prefix_group_id=False, tooltip="Stage 2: train on the curated window"):
+
+        @task(outlets=[MODEL_CANDIDATE])
+        def publish_model(trained: dict) -> dict:
+            from aigc.stages import TRAIN
+
+            context, cfg, lake, _date = run_config()
+            return announced(context, TRAIN.publish(lake, cfg, trained))
+
+        # A GPU worker serves queue "gpu" in the distributed set-up; with one local worker every queue is served.
+        trained = DistributedTrainOperator(task_id="train", queue=GPU_QUEUE, pool=GPU_POOL,
+                                           execution_timeout=task_timeout("train"))
+        gate = QualityGateOperator(task_id="gate_training", gate="training", prepared=trained.output)
+        published = publish_model(trained.output)
+        gate >> published
+    return Ends(trained, published)
+
+
+# -- stage 3 -------------------------------------------------------------------------------------------
+def deploy_tasks():
+    with TaskGroup("stage_3_deploy", prefix_group_id=False, tooltip="Stage 3: register, build variants, gate"):
+
+        @task
+        def register_model() -> dict:
+            from aigc.stages import DEPLOY
+
+            _context, cfg, lake, date = run_config()
+            return DEPLOY.register(lake, date, cfg)
+
+        @task(execution_timeout=task_timeout("build_variants"))
+        def build_variants(registered: dict) -> dict:
+            from aigc.stages import DEPLOY
+
+            _context, cfg, lake, _date = run_config()
+            built = DEPLOY.build(lake, cfg, registered["version"])
+            keep = ("size_bytes", "latency_ms_b1", "pixel_mae_vs_fp32")  # XCom: numbers, not weights
+            return {**built, "variants": {k: {m: v[m] for m in keep} for k, v in built["variants"].items()}}
+
+        registered = register_model()
+        gate = QualityGateOperator(task_id="gate_deploy", gate="deploy", prepared=registered,
+                                   outlets=[MODEL_DEPLOYABLE])
+        build_variants(registered) >> gate
+    return Ends(registered, gate)
+
+
+# -- stage 4 -------------------------------------------------------------------------------------------
+def _generation_inputs(context, lake) -> tuple[str, str | None]:
+    """(model ref, prompt file key or None) for this run: the form's values win; then the event that started
+    it (a dropped prompt file: production; a deployment: the version it deployed); then the version this run
+    registered (aigc_pipeline); a run started by hand with nothing chosen generates with production."""
+    from aigc.generate.prompts import prompts_key_of
+    from aigc.stages import PRODUCTION
+
+    params, event = context["params"], newest_event(context)
+    ref = params.get("model_ref")
+    key = prompts_key_of(lake, params["prompts_uri"]) if params.get("prompts_uri") else None
+    if event and event.get("prompts_key"):
+        return ref or PRODUCTION, key or event["prompts_key"]
+    if event and event.get("version"):
+        return ref or event["version"], key
+    registered = context["ti"].xcom_pull(task_ids="register_model")
+    if registered:  # This run's version, not the `candidate` alias: a concurrent run of another date moves it.
+        return ref or registered["version"], key
+    return ref or PRODUCTION, key
+
+
+def _demo_prompts(context, ref: str, key: str | None) -> bool:
+    """Draw a demo prompt set when no file is named and none was dropped for the date: for a candidate (it is
+    evaluated on held-out captions), unless the run prepares a producer's drop (synthetic_drop off), whose
+    prompts must be dropped too. Production answers dropped prompts only."""
+    from aigc.stages import PRODUCTION
+
+    return key is None and ref != PRODUCTION and context["params"].get("synthetic_drop", True)
+
+
+def _unclaim_coalesced(context, lake, used_key: str | None) -> None:
+    """Prompt files whose events Airflow folded into this run, other than the one it generates for: their claims
+    are dropped, so the watcher fires for each again and every dropped file gets its own run."""
+    from aigc.generate.prompts import CLAIM
+    from aigc.lake.keys import join
+    from aigc_airflow.runtime import triggering_events
+
+    for e in triggering_events(context):
+        key = e["extra"].get("prompts_key")
+        if key and key != used_key:
+            log.warning("prompt file %s arrived with %s in one run: handing it back to the watcher", key, used_key)
+            lake.delete(join(key.rsplit("/", 1)[0], CLAIM))
+
+
+def generate_tasks():
+    with TaskGroup("stage_4_generate", prefix_group_id=False, tooltip="Stage 4: generate, mapped over shards"):
+
+        @task
+        def plan_generation() -> dict:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from aigc.generate.prompts import BadPrompts
+            from aigc.generate.run import VariantNotEligible
+            from aigc.stages import GENERATE
+            from aigc_airflow.runtime import dag_run_scoped_id
+
+            context, cfg, lake, date = run_config()
+            ref, key = _generation_inputs(context, lake)
+            _unclaim_coalesced(context, lake, key)
+            try:
+                return GENERATE.plan(lake, date, cfg, run_id=dag_run_scoped_id(context, cfg, "generate"),
+                                     demo_prompts=_demo_prompts(context, ref, key), model_ref=ref,
+                                     prompts_key=key)
+            except (BadPrompts, VariantNotEligible, ValueError) as e:  # a retry would find the same: say why
+                raise AirflowFailException(str(e)) from e
+
+        @task
+        def shards_of(plan: dict) -> list[dict]:
+            return plan["shards"]  # mapping needs a list-valued XCom of its own
+
+        @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=3, max_active_tis_per_dagrun=4,
+              execution_timeout=task_timeout("generate_shard"))
+        def generate_shard(plan: dict, shard: dict) -> dict:
+            from aigc.stages import GENERATE
+
+            _context, cfg, lake, _date = run_config()
+            entry = GENERATE.shard(lake, plan, shard, cfg)
+            return {k: entry[k] for k in ("shard", "rows", "generated", "refused", "cached")}
+
+        @task
+        def finish_generation(plan: dict, _shards: list) -> dict:
+            from aigc.stages import GENERATE
+
+            _context, cfg, lake, _date = run_config()
+            return GENERATE.finish_run(lake, plan, cfg)
+
+        @task.branch
+        def route_content(generated: dict) -> str:
+            from aigc.stages import GENERATE
+
+            return "publish_generations" if GENERATE.publishes_content(generated) else "hand_off_for_evaluation"
+
+        @task(outlets=[GENERATIONS])
+        def publish_generations(generated: dict) -> dict:
+            from aigc.stages import GENERATE
+
+            context, cfg, lake, _date = run_config()
+            return announced(context, {**generated, **GENERATE.publish(lake, cfg, generated)})
+
+        @task(outlets=[GENERATED_FOR_EVALUATION])
+        def hand_off_for_evaluation(generated: dict) -> dict:
+            """A candidate's content waits for gate 5: aigc_evaluate judges it and publishes it."""
+            return announced(get_current_context(), generated)
+
+        plan = plan_generation()
+        shards = generate_shard.partial(plan=plan).expand(shard=shards_of(plan))
+        finished = finish_generation(plan, shards)
+        gate = QualityGateOperator(task_id="gate_generate", gate="generate", prepared=finished)
+        handed, published = hand_off_for_evaluation(finished), publish_generations(finished)
+        gate >> route_content(finished) >> [published, handed]
+    return Ends(plan, handed, (published,))
+
+
+# -- stage 5 -------------------------------------------------------------------------------------------
+def evaluate_tasks():
+    with TaskGroup("stage_5_evaluate", prefix_group_id=False, tooltip="Stage 5: evaluate, gate 5, promote"):
+
+        @task
+        def find_generation() -> dict:
+            """The generation run to judge: the one the newest event names, else this run's own (aigc_pipeline),
+            else the date's newest (a run started by hand)."""
+            from aigc.evaluate.run import latest_generation
+
+            context, cfg, lake, date = run_config()
+            if event := newest_event(context):
+                return latest_generation(lake, event["model"], event["date"], event["run_id"])
+            return (context["ti"].xcom_pull(task_ids="hand_off_for_evaluation")
+                    or latest_generation(lake, cfg.model.name, date.isoformat()))
+
+        @task(outlets=[GENERATIONS, EVALUATIONS])
+        def publish_content(evaluated: dict) -> dict:
+            from aigc.stages import EVALUATE
+
+            context, cfg, lake, _date = run_config()
+            return announced(context, EVALUATE.publish(lake, cfg, evaluated))
+
+        generation = find_generation()
+        evaluate = EvaluateOperator(task_id="evaluate", generation=generation,
+                                    execution_timeout=task_timeout("evaluate"))
+        gate = QualityGateOperator(task_id="gate_evaluation", gate="evaluation", prepared=evaluate.output)
+        published = publish_content(evaluate.output)
+        gate >> published
+    return Ends(generation, published)
