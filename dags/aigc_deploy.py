@@ -12,7 +12,7 @@ from aigc_airflow.assets import MODEL_CANDIDATE
 from aigc_airflow.stage_tasks import dag_args, deploy_tasks, leased_stage, wanted
 
 
-@dag(dag_id="aigc_deploy", schedule=MODEL_CANDIDATE, max_active_runs=1, doc_md=__doc__,
+@dag(dag_id="aigc_deploy", schedule=MODEL_CANDIDATE, max_active_runs=4, doc_md=__doc__,
      description="Stage 3: register the candidate, build its variants, smoke-test them (gate 3).",
      **dag_args("deploy"))
 def aigc_deploy():

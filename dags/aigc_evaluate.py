@@ -13,7 +13,7 @@ from aigc_airflow.assets import GENERATED_FOR_EVALUATION
 from aigc_airflow.stage_tasks import dag_args, evaluate_tasks, leased_stage, wanted
 
 
-@dag(dag_id="aigc_evaluate", schedule=GENERATED_FOR_EVALUATION, max_active_runs=1, doc_md=__doc__,
+@dag(dag_id="aigc_evaluate", schedule=GENERATED_FOR_EVALUATION, max_active_runs=4, doc_md=__doc__,
      description="Stage 5: evaluate a candidate's content, gate 5, promote and publish.", **dag_args("evaluate"))
 def aigc_evaluate():
     wanted() >> leased_stage(evaluate_tasks())

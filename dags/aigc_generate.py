@@ -18,7 +18,7 @@ from aigc_airflow.assets import MODEL_DEPLOYABLE, PROMPT_FILES
 from aigc_airflow.stage_tasks import dag_args, generate_tasks, leased_stage, wanted
 
 
-@dag(dag_id="aigc_generate", schedule=(MODEL_DEPLOYABLE | PROMPT_FILES), max_active_runs=2, doc_md=__doc__,
+@dag(dag_id="aigc_generate", schedule=(MODEL_DEPLOYABLE | PROMPT_FILES), max_active_runs=4, doc_md=__doc__,
      description="Stage 4: generate for a deployed model, a dropped prompt file or a request (gate 4).",
      **dag_args("generate"))
 def aigc_generate():

@@ -14,7 +14,7 @@ from aigc_airflow.assets import CURATED
 from aigc_airflow.stage_tasks import dag_args, leased_stage, train_tasks, wanted
 
 
-@dag(dag_id="aigc_train", schedule=CURATED, max_active_runs=1, doc_md=__doc__,
+@dag(dag_id="aigc_train", schedule=CURATED, max_active_runs=4, doc_md=__doc__,
      description="Stage 2: torchrun on the curated window → a candidate model (gate 2).", **dag_args("train"))
 def aigc_train():
     wanted() >> leased_stage(train_tasks())

@@ -123,8 +123,9 @@ def cmd_generate(args: argparse.Namespace) -> dict:
 
     cfg = _config(args)
     lake = open_lake(args.lake)
-    plan = GENERATE.plan(lake, args.date, cfg, run_id=args.run_id, demo_prompts=args.demo_prompts,
-                         prompts_key=prompts_key_of(lake, args.prompts_uri) if args.prompts_uri else None)
+    key = prompts_key_of(lake, args.prompts_uri) if args.prompts_uri else None
+    plan = GENERATE.plan(lake, args.date, cfg, run_id=args.run_id, demo_prompts=args.demo_prompts, prompts_key=key,
+                         model_ref=GENERATE.model_for(cfg, args.generate__model_ref, prompt_file=key is not None))
     shards = [GENERATE.shard(lake, plan, s, cfg) for s in progress(plan["shards"], desc="shards", unit="shard")]
     summary = GENERATE.finish_run(lake, plan, cfg)
     batching = [s["batching"] for s in shards if "batching" in s]

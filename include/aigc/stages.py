@@ -158,6 +158,12 @@ class GenerateStage(Stage):
         return finish_generation(lake, plan, cfg)
 
     @staticmethod
+    def model_for(cfg: PipelineConfig, chosen: str | None, *, prompt_file: bool) -> str:
+        """The model a generation started by hand uses: the one chosen; else production for a named prompt
+        file (content someone asked for); else the configuration's (``candidate``: a run to evaluate)."""
+        return chosen or (PRODUCTION if prompt_file else cfg.generate.model_ref)
+
+    @staticmethod
     def publishes_content(produced: dict) -> bool:
         """Production's output is content for users once gate 4 passes (the model already passed gate 5); any
         other model's run is evaluated first, and aigc_evaluate publishes it after gate 5."""

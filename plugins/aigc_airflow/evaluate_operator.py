@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
-from aigc_airflow.runtime import dag_run_scoped_id, hold_partition_or_fail, open_task_lake, pipeline_config
+from aigc_airflow.runtime import dag_run_scoped_id, hold_partition_or_fail, open_task_lake, pipeline_config, run_params
 
 
 class ReportLink(BaseOperatorLink):
@@ -46,7 +46,7 @@ class EvaluateOperator(BaseOperator):
 
         lake = open_task_lake()
         hold_partition_or_fail(context, lake)
-        cfg = pipeline_config(context["params"])
+        cfg = pipeline_config(run_params(context))
         summary = EVALUATE.produce(lake, self.generation, cfg, run_id=dag_run_scoped_id(context, cfg, "evaluate"))
         self.report_uri = summary["report_uri"]
         self.log.info("evaluation report: %s", self.report_uri)

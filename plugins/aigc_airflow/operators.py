@@ -8,7 +8,13 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from aigc_airflow.runtime import annotate_outlets, hold_partition_or_fail, open_task_lake, pipeline_config
+from aigc_airflow.runtime import (
+    annotate_outlets,
+    hold_partition_or_fail,
+    open_task_lake,
+    pipeline_config,
+    run_params,
+)
 
 
 class QualityGateOperator(BaseOperator):
@@ -37,7 +43,7 @@ class QualityGateOperator(BaseOperator):
 
         lake = open_task_lake()
         hold_partition_or_fail(context, lake)  # gate 3 writes the registry, every gate writes its results
-        cfg = pipeline_config(context["params"])
+        cfg = pipeline_config(run_params(context))
         try:
             result = GATES[self.gate].gate(lake, cfg, self.prepared)
         except GateFailed as e:

@@ -73,11 +73,33 @@ def triggering_events(context: dict[str, Any]) -> list[dict]:
 
 
 def newest_event(context: dict[str, Any]) -> dict | None:
-    """The extra of the newest event that started this run and asks for the chain to go on (else of the newest
-    of all): the one whose publication this run consumes. None for a run no asset event started."""
+    """The extra of the event whose publication this run consumes: the newest that asks for the chain to go on
+    (else the newest of all), a deployment before a dropped prompt file (whose claim aigc_generate hands back to
+    the watcher). None for a run no asset event started. Airflow folds the events that arrive while a run
+    cannot start into one run: the others are logged, by date, so none is dropped silently (their partitions
+    stay staged; trigger the DAG for them)."""
     events = triggering_events(context)
-    chained = [e for e in events if e["extra"].get("chain", True)]
-    return (chained or events)[-1]["extra"] if events else None
+    if not events:
+        return None
+    chained = [e for e in events if e["extra"].get("chain", True)] or events
+    chosen = [e for e in chained if not e["extra"].get("prompts_key")] or chained
+    folded = [e for e in chained if e is not chosen[-1] and e["extra"] != chosen[-1]["extra"]]
+    if folded:
+        log.warning("%d other event(s) were folded into this run and are not handled by it: %s", len(folded),
+                    ", ".join(f"{e['asset']} {e['extra'].get('date')} "
+                              f"{e['extra'].get('run_id') or e['extra'].get('prompts_key') or ''}" for e in folded))
+    return chosen[-1]["extra"]
+
+
+def run_params(context: dict[str, Any]) -> dict[str, Any]:
+    """The run's form values. A run started by asset events has no form of its own: it carries on with the
+    values of the run that published what it consumes (its preset, its overrides), so a chain started from a
+    form with preset=demo stays a demo chain."""
+    own = dict(context["params"])
+    event = newest_event(context)
+    if event and isinstance(event.get("params"), dict):
+        return {**own, **event["params"]}
+    return own
 
 
 def partition_date(context: dict[str, Any]) -> dt.date:
@@ -134,7 +156,8 @@ def annotate_outlets(context: dict[str, Any], summary: dict) -> None:
     event's ``extra`` instead of guessing "the latest".
     """
     extra = {"date": str(summary.get("date") or partition_date(context)), "chain": starts_the_chain(context),
-             "dag_id": context["dag"].dag_id, "dag_run_id": context["dag_run"].run_id}
+             "dag_id": context["dag"].dag_id, "dag_run_id": context["dag_run"].run_id,
+             "params": {k: v for k, v in run_params(context).items() if v is not None}}
     extra.update({k: v for k, v in summary.items()
                   if (k in ("run_id", "version", "model", "model_ref") or k.endswith("_uri"))
                   and isinstance(v, str | int)})

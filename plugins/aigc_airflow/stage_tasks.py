@@ -51,6 +51,9 @@ def dag_args(*stages: str) -> dict:
     return {
         "start_date": pendulum.datetime(2026, 1, 1, tz="UTC"),
         "catchup": False,
+        # Unpaused from the start: the nightly chain runs with no user action (and aigc_pipeline, which has no
+        # schedule, runs what a user triggers instead of queueing it).
+        "is_paused_upon_creation": False,
         "params": params_for(*stages),
         "tags": ["aigc", *(f"stage-{n}-{s}" for n, s in enumerate(STAGE_ORDER, start=1) if s in stages)],
         "default_args": {
@@ -78,13 +81,13 @@ def run_config(hold: bool = True):
     ``hold`` renews this run's lease on the date first, so a run that lost it (another run took it over
     after it expired) fails here, before it writes anything; every task that writes does so.
     """
-    from aigc_airflow.runtime import hold_partition_or_fail, open_task_lake, partition_date, pipeline_config
+    from aigc_airflow.runtime import hold_partition_or_fail, open_task_lake, partition_date, pipeline_config, run_params
 
     context = get_current_context()
     lake = open_task_lake()
     if hold:
         hold_partition_or_fail(context, lake)
-    return context, pipeline_config(context["params"]), lake, partition_date(context)
+    return context, pipeline_config(run_params(context)), lake, partition_date(context)
 
 
 def announced(context, summary: dict) -> dict:
@@ -135,14 +138,28 @@ def leased_stage(ends: Ends):
 @task.short_circuit
 def wanted() -> bool:
     """A stage DAG started by asset events runs only if one of them asks for the chain to go on: a backfill's
-    or aigc_pipeline's publications start nothing (see runtime.starts_the_chain)."""
+    or aigc_pipeline's publications start nothing (see runtime.starts_the_chain). A run started for dropped
+    prompt files acknowledges them first."""
     from aigc_airflow.runtime import triggering_events
 
-    events = triggering_events(get_current_context())
+    context = get_current_context()
+    events = triggering_events(context)
     if events and not any(e["extra"].get("chain", True) for e in events):
         log.info("started by %d event(s) of backfills or of aigc_pipeline: nothing to do", len(events))
         return False
+    _acknowledge_prompt_files(context, events)
     return True
+
+
+def _acknowledge_prompt_files(context, events: list[dict]) -> None:
+    """Tell the watcher that the prompt files this run was started for reached Airflow (else it fires again)."""
+    from aigc.generate.prompts import acknowledge_prompt_file
+    from aigc_airflow.runtime import lease_owner, open_task_lake
+
+    files = [e["extra"] for e in events if e["extra"].get("prompts_key") and e["extra"].get("sha256")]
+    lake = open_task_lake() if files else None
+    for f in files:
+        acknowledge_prompt_file(lake, f["prompts_key"], f["sha256"], lease_owner(context))
 
 
 # -- stage 1 -------------------------------------------------------------------------------------------
@@ -246,47 +263,58 @@ def deploy_tasks():
 
 
 # -- stage 4 -------------------------------------------------------------------------------------------
-def _generation_inputs(context, lake) -> tuple[str, str | None]:
+def _generation_inputs(context, lake, cfg) -> tuple[str, str | None]:
     """(model ref, prompt file key or None) for this run: the form's values win; then the event that started
-    it (a dropped prompt file: production; a deployment: the version it deployed); then the version this run
-    registered (aigc_pipeline); a run started by hand with nothing chosen generates with production."""
+    it (a deployment: the version it deployed; a dropped prompt file: production); then the version this run
+    registered (aigc_pipeline); else, by hand, the CLI's rule (aigc.stages.GenerateStage.model_for)."""
     from aigc.generate.prompts import prompts_key_of
-    from aigc.stages import PRODUCTION
+    from aigc.stages import GENERATE, PRODUCTION
+    from aigc_airflow.runtime import run_params
 
-    params, event = context["params"], newest_event(context)
+    params, event = run_params(context), newest_event(context)
     ref = params.get("model_ref")
     key = prompts_key_of(lake, params["prompts_uri"]) if params.get("prompts_uri") else None
-    if event and event.get("prompts_key"):
-        return ref or PRODUCTION, key or event["prompts_key"]
     if event and event.get("version"):
         return ref or event["version"], key
+    if event and event.get("prompts_key"):
+        return ref or PRODUCTION, key or event["prompts_key"]
     registered = context["ti"].xcom_pull(task_ids="register_model")
     if registered:  # This run's version, not the `candidate` alias: a concurrent run of another date moves it.
         return ref or registered["version"], key
-    return ref or PRODUCTION, key
+    return GENERATE.model_for(cfg, ref, prompt_file=key is not None), key
 
 
 def _demo_prompts(context, ref: str, key: str | None) -> bool:
     """Draw a demo prompt set when no file is named and none was dropped for the date: for a candidate (it is
-    evaluated on held-out captions), unless the run prepares a producer's drop (synthetic_drop off), whose
-    prompts must be dropped too. Production answers dropped prompts only."""
+    evaluated on held-out captions), unless the run prepares a producer's drop (synthetic_drop off, carried
+    from aigc_prepare's run), whose prompts must be dropped too. Production answers dropped prompts only."""
     from aigc.stages import PRODUCTION
+    from aigc_airflow.runtime import run_params
 
-    return key is None and ref != PRODUCTION and context["params"].get("synthetic_drop", True)
+    return key is None and ref != PRODUCTION and run_params(context).get("synthetic_drop", True)
 
 
-def _unclaim_coalesced(context, lake, used_key: str | None) -> None:
+def _unclaim_folded(context, lake, used_key: str | None) -> None:
     """Prompt files whose events Airflow folded into this run, other than the one it generates for: their claims
-    are dropped, so the watcher fires for each again and every dropped file gets its own run."""
+    are dropped (if still the claim of the file that event named), so the watcher fires for each again and every
+    dropped file gets its own run."""
     from aigc.generate.prompts import CLAIM
+    from aigc.lake.base import ObjectNotFound
     from aigc.lake.keys import join
     from aigc_airflow.runtime import triggering_events
 
     for e in triggering_events(context):
         key = e["extra"].get("prompts_key")
-        if key and key != used_key:
+        if not key or key == used_key:
+            continue
+        claim_key = join(key.rsplit("/", 1)[0], CLAIM)
+        try:
+            current = lake.get_json(claim_key)
+        except ObjectNotFound:
+            continue
+        if current.get("sha256") == e["extra"].get("sha256"):
             log.warning("prompt file %s arrived with %s in one run: handing it back to the watcher", key, used_key)
-            lake.delete(join(key.rsplit("/", 1)[0], CLAIM))
+            lake.delete(claim_key)
 
 
 def generate_tasks():
@@ -302,14 +330,15 @@ def generate_tasks():
             from aigc_airflow.runtime import dag_run_scoped_id
 
             context, cfg, lake, date = run_config()
-            ref, key = _generation_inputs(context, lake)
-            _unclaim_coalesced(context, lake, key)
             try:
-                return GENERATE.plan(lake, date, cfg, run_id=dag_run_scoped_id(context, cfg, "generate"),
+                ref, key = _generation_inputs(context, lake, cfg)
+                plan = GENERATE.plan(lake, date, cfg, run_id=dag_run_scoped_id(context, cfg, "generate"),
                                      demo_prompts=_demo_prompts(context, ref, key), model_ref=ref,
                                      prompts_key=key)
             except (BadPrompts, VariantNotEligible, ValueError) as e:  # a retry would find the same: say why
                 raise AirflowFailException(str(e)) from e
+            _unclaim_folded(context, lake, key)
+            return plan
 
         @task
         def shards_of(plan: dict) -> list[dict]:

@@ -13,6 +13,7 @@ from aigc_airflow.runtime import (
     open_task_lake,
     partition_date,
     pipeline_config,
+    run_params,
 )
 
 
@@ -42,7 +43,7 @@ class DistributedTrainOperator(BaseOperator):
 
         lake = open_task_lake()
         hold_partition_or_fail(context, lake)
-        cfg = pipeline_config(context["params"])
+        cfg = pipeline_config(run_params(context))
         run_id = training_run_id(context, cfg)
         self.log.info("training run %s: %s process(es) per node × %s node(s)", run_id, cfg.train.nproc,
                       cfg.train.nnodes)

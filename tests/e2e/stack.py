@@ -93,9 +93,8 @@ class AirflowStack:
             "AIRFLOW__API__BASE_URL": self.url,
             "AIRFLOW__API_AUTH__JWT_SECRET": f"e2e-{self.name}-{self.port}",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
-            # As deployed: the scheduler makes scheduled and asset-triggered runs. The stage DAGs start
-            # paused (below): a test unpauses aigc_prepare when it wants the nightly run of the latest interval.
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            # As deployed: the scheduler makes scheduled and asset-triggered runs, so aigc_prepare's nightly run
+            # of the latest day (and its chain) starts with the deployment.
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(int(TASK_QUEUED_TIMEOUT.total_seconds())),
             "AIGC_LAKE_URI": self.lake_uri,
             "AIGC_DEFAULT_PRESET": "smoke",  # the trigger form's default here; one value is changed in the browser
@@ -132,15 +131,10 @@ class AirflowStack:
         self.wait_until(lambda: self._http("GET", "/api/v2/monitor/health", auth=False) is not None, timeout,
                    "the api-server to answer /api/v2/monitor/health")
         for dag_id in DAG_IDS:
-            self.wait_until(lambda d=dag_id: self.api("GET", f"/api/v2/dags/{d}", missing_ok=True) is not None,
-                            timeout, f"the dag-processor to parse {dag_id}")
-        self.unpause(DAG_ID)
+            dag = self.wait_until(lambda d=dag_id: self.api("GET", f"/api/v2/dags/{d}", missing_ok=True), timeout,
+                                  f"the dag-processor to parse {dag_id}")
+            assert not dag["is_paused"], f"{dag_id} was created paused: the nightly chain would not run"
         return self
-
-    def unpause(self, *dag_ids: str) -> None:
-        """A paused DAG's runs stay queued; an unpaused asset-scheduled one runs when its assets are updated."""
-        for dag_id in dag_ids:
-            self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
     def stop(self) -> None:
         for proc in self.processes.values():

@@ -6,9 +6,9 @@ and one on ``gpu`` (training and the mapped generation shards, routed there by
 and an empty Redis database, and drops and empties them afterwards.
 
 Dates are backfilled with aigc_prepare alone: it curates each date and trains nothing (the stage DAGs are
-unpaused, so the backfill's asset events do reach aigc_train, which skips them). Then one all-stages run
-trains on the backfilled window. Unpaused, aigc_prepare also gets its nightly run of yesterday, whose chain
-runs here too, on the same workers.
+unpaused from the start, so the backfill's asset events do reach aigc_train, which skips them). Then one
+all-stages run trains on the backfilled window. aigc_prepare also gets its nightly run of yesterday as the
+deployment starts, whose chain runs here too, on the same workers.
 
 Backfills are tested here, on PostgreSQL: on SQLite, Airflow 3.3 creates a backfill's runs one
 savepoint (one commit) at a time, and when another component holds the write lock it deletes the
@@ -30,7 +30,7 @@ from aigc.lake import open_lake
 from aigc.lake.keys import partition
 from aigc.lake.publish import NotPublished, resolve
 from aigc.registry import Registry
-from tests.e2e.stack import DAG_IDS, SMOKE_CONF, STAGE_DAG_IDS, AirflowStack, published_runs, run_date
+from tests.e2e.stack import DAG_IDS, SMOKE_CONF, AirflowStack, published_runs, run_date
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1800)]
 POSTGRES = os.environ.get("AIGC_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -128,7 +128,6 @@ def curated_runs(lake) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def backfilled(celery_stack):
     """A backfill of DATES with aigc_prepare, two runs at once, the whole chain unpaused: date → its run."""
-    celery_stack.unpause(*STAGE_DAG_IDS)
     backfill(celery_stack, "none", DATES[0], DATES[-1])
     runs = backfill_runs(celery_stack)
     assert sorted(runs) == DATES
@@ -145,8 +144,8 @@ def test_a_backfill_of_aigc_prepare_curates_each_date_and_trains_nothing(celery_
             f"curated/shapes/dt={d}/run={first[d]}/_manifest.json"]
         with pytest.raises(NotPublished):
             resolve(lake, partition("training", "shapes-cvae", d))
-    # The backfill's events reached aigc_train (unpaused), which ran and skipped: no model for those dates.
-    # (Unpaused, aigc_prepare also made its nightly run of yesterday, whose chain trains a model for that day.)
+    # The backfill's events reached aigc_train, which ran and skipped: no model for those dates. (aigc_prepare
+    # also made its nightly run of yesterday, whose chain trains a model for that day.)
     backfill_run_ids = {r["dag_run_id"] for r in backfilled.values()}
 
     def started_by_the_backfill() -> list[dict]:

@@ -7,15 +7,15 @@ from types import SimpleNamespace
 
 from airflow.sdk import Asset
 
-from aigc_airflow.runtime import annotate_outlets, newest_event, partition_date, starts_the_chain
+from aigc_airflow.runtime import annotate_outlets, newest_event, partition_date, run_params, starts_the_chain
 
 
 def event(minute: int, **extra):
     return SimpleNamespace(extra=extra, timestamp=dt.datetime(2026, 12, 1, 0, minute, tzinfo=dt.UTC))
 
 
-def context(events=None, dag_id="aigc_train", run_type="asset_triggered", logical_date=None):
-    return {"triggering_asset_events": events or {}, "logical_date": logical_date,
+def context(events=None, dag_id="aigc_train", run_type="asset_triggered", logical_date=None, params=None):
+    return {"triggering_asset_events": events or {}, "logical_date": logical_date, "params": params or {},
             "dag_run": SimpleNamespace(run_type=run_type, run_id="r1",
                                        run_after=dt.datetime(2026, 12, 1, tzinfo=dt.UTC)),
             "dag": SimpleNamespace(dag_id=dag_id)}
@@ -50,8 +50,29 @@ def test_asset_events_say_what_was_published_and_by_which_run():
     outlet = Asset(name="aigc_model_candidate")
     ctx = {**context(dag_id="aigc_train"), "task": SimpleNamespace(outlets=[outlet]),
            "outlet_events": {outlet: SimpleNamespace(extra=None)}}
+    ctx["params"] = {"preset": "demo", "train_steps": None}
     annotate_outlets(ctx, {"date": "2026-11-02", "run_id": "20261102T000000Z-abc", "run_uri": "file:///l/x",
                            "weights": [1, 2], "model": "shapes-cvae"})
     assert ctx["outlet_events"][outlet].extra == {
         "date": "2026-11-02", "chain": True, "dag_id": "aigc_train", "dag_run_id": "r1",
-        "run_id": "20261102T000000Z-abc", "run_uri": "file:///l/x", "model": "shapes-cvae"}
+        "params": {"preset": "demo"}, "run_id": "20261102T000000Z-abc", "run_uri": "file:///l/x",
+        "model": "shapes-cvae"}
+
+
+def test_a_deployment_goes_before_a_prompt_file_folded_into_the_same_run_and_the_rest_is_logged(caplog):
+    deployable, prompts = Asset(name="aigc_model_deployable"), Asset(name="aigc_prompt_files")
+    file = {"date": "2026-10-02", "prompts_key": "prompts/shapes/dt=2026-10-02/prompts.jsonl"}
+    ctx = context({deployable: [event(1, date="2026-11-01", version="v0003", chain=True)],
+                   prompts: [event(2, from_trigger=True, payload=file)]}, dag_id="aigc_generate")
+    assert newest_event(ctx)["version"] == "v0003" and partition_date(ctx) == dt.date(2026, 11, 1)
+    assert "prompts/shapes/dt=2026-10-02/prompts.jsonl" in caplog.text  # not dropped silently
+
+
+def test_an_asset_started_run_carries_on_with_the_form_values_of_the_run_it_follows():
+    curated = Asset(name="aigc_curated_shapes")
+    upstream = {"preset": "demo", "n_records": 500, "synthetic_drop": False}
+    ctx = context({curated: [event(1, date="2026-11-01", chain=True, params=upstream)]},
+                  params={"preset": "default", "train_steps": None})
+    assert run_params(ctx) == {"preset": "demo", "train_steps": None, "n_records": 500, "synthetic_drop": False}
+    by_hand = context(run_type="manual", params={"preset": "smoke", "train_steps": 3})
+    assert run_params(by_hand) == {"preset": "smoke", "train_steps": 3}

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from aigc.config import BatchingConfig, GenerateConfig, GenerateGateThresholds
+from aigc.evaluate.run import latest_generation
 from aigc.generate.prompts import CLAIM, claim_prompt_file, prompts_key_of
 from aigc.lake import LocalLake
 from aigc.lake.keys import partition
@@ -57,6 +58,15 @@ def test_a_candidates_content_waits_for_gate_5_and_productions_is_published_afte
     assert pointer["run_id"] == content["run_id"] and done["generations_uri"].endswith(pointer["run_prefix"])
     manifest = deployed_lake.get_json(f"{pointer['run_prefix']}/_MANIFEST.json")
     assert manifest["model_ref"] == PRODUCTION and manifest["prompts_key"] == key and manifest["generated"] == 6
+    # `aigc evaluate` with no run named judges the candidate's run, not production's newer one.
+    assert latest_generation(deployed_lake, "shapes-cvae", DATE)["run_id"] == candidate["run_id"]
+
+
+def test_a_generation_started_by_hand_picks_its_model_by_one_rule():
+    cfg = config()
+    assert GENERATE.model_for(cfg, "v0007", prompt_file=True) == "v0007"  # chosen
+    assert GENERATE.model_for(cfg, None, prompt_file=True) == PRODUCTION  # content someone asked for
+    assert GENERATE.model_for(cfg, None, prompt_file=False) == cfg.generate.model_ref == "candidate"
 
 
 def test_production_answers_dropped_prompts_only(deployed_lake):
@@ -81,6 +91,25 @@ def test_each_dropped_prompt_file_is_claimed_once_and_again_when_it_changes(tmp_
     again = claim_prompt_file(lake, "shapes")
     assert again["date"] == "2026-11-01" and again["sha256"] != claims[0]["sha256"]
     assert claim_prompt_file(lake, "shapes") is None
+
+
+def test_a_claim_no_run_acknowledged_is_fired_again_and_an_acknowledged_one_is_not(tmp_path):
+    """The watcher may die between writing its claim and Airflow storing the event: no run acknowledges it, so
+    after REFIRE_AFTER the file is fired again. A run that started acknowledges it first (its `wanted` task)."""
+    from aigc.generate.prompts import REFIRE_AFTER, acknowledge_prompt_file
+
+    lake = LocalLake(tmp_path / "lake")
+    key = drop_prompts(lake, "2026-11-01", 3)
+    start = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    first = claim_prompt_file(lake, "shapes", now=start)
+    assert claim_prompt_file(lake, "shapes", now=start + REFIRE_AFTER / 2) is None  # a run may still come
+    again = claim_prompt_file(lake, "shapes", now=start + REFIRE_AFTER * 1.5)  # none came: the event was lost
+    assert again["sha256"] == first["sha256"] and again["claimed_at"] != first["claimed_at"]
+    assert acknowledge_prompt_file(lake, key, again["sha256"], by="aigc_generate/asset_triggered__1")
+    assert claim_prompt_file(lake, "shapes", now=start + REFIRE_AFTER * 10) is None
+    claim = lake.get_json(f"prompts/shapes/dt=2026-11-01/{CLAIM}")
+    assert claim["acknowledged_by"] == "aigc_generate/asset_triggered__1"
+    assert not acknowledge_prompt_file(lake, key, "another-content", by="x")  # a newer claim is not taken
 
 
 def test_two_watchers_never_both_claim_one_file(tmp_path, monkeypatch):

@@ -1,9 +1,11 @@
 """How long tasks may run and wait, and the date lease derived from them.
 
-A DAG run renews its lease on a date when each task starts, so the lease must outlive the longest
-stretch between two renewals: the longest task, plus the longest a task can wait in the queue for a
-worker (a GPU task behind the one GPU), plus the longest retry delay. Everything here is a plain
-timedelta: the DAG files read it at parse time.
+A DAG run renews its lease on a date when each task that writes starts, so the lease must outlive the
+longest stretch between two renewals: the longest task, plus the longest a task can wait in the queue for
+a worker, plus the longest retry delay. (A task waiting for a slot of the `gpu` pool is *scheduled*, not
+queued, and Airflow bounds that wait nowhere: a backlog longer than the lease costs the run its date, and
+it then fails at its next task before writing.) Everything here is a plain timedelta: the DAG files read
+it at parse time.
 """
 
 from __future__ import annotations

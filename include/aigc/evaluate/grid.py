@@ -1,7 +1,7 @@
 """The Pareto grid: every eligible variant × batch policy, quality and cost measured on the evaluation set.
 
-Quality is a property of the variant: a (prompt, seed) gives the same image whatever the batch
-(``Generator.generate``), so each variant generates the whole evaluation set once and every
+Quality is a property of the variant: a (prompt, seed) gives the same image whatever the batch, to
+one grey level (``Generator.generate``), so each variant generates the whole evaluation set once and every
 image is read by the checker; its per-prompt verdicts pair up with every other variant's and
 with production's. Cost is timed separately: ``latency_rounds`` rounds, every configuration in
 turn in each, on the first ``latency_prompts`` prompts; the fastest round is the latency (other

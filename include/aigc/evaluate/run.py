@@ -41,15 +41,18 @@ def evaluation_prefix(model: str, date: str | dt.date, run_id: str) -> str:
 
 
 def latest_generation(lake: Lake, model: str, date: str, run_id: str | None = None) -> dict:
-    """The manifest of a generation run of ``date``: the one named, else the newest finished one."""
+    """The manifest of a generation run of ``date``: the one named, else the newest finished one made by a model
+    other than production (production's runs answer prompt files; there is nothing to promote)."""
     part = partition("generations", model, date)
     runs = sorted({k.split("/")[3] for k in lake.list(part) if k.endswith("/" + GENERATION_MANIFEST)})
     if run_id:
         runs = [r for r in runs if r == f"run={run_id}"]
-    if not runs:
-        raise LookupError(f"no finished generation run{' ' + run_id if run_id else ''} under {lake.url(part)} "
-                          "(run aigc generate first)")
-    return lake.get_json(join(part, runs[-1], GENERATION_MANIFEST))
+    manifests = (lake.get_json(join(part, r, GENERATION_MANIFEST)) for r in reversed(runs))
+    found = next((m for m in manifests if run_id or m.get("model_ref") != "production"), None)
+    if found is None:
+        raise LookupError(f"no finished generation run{' ' + run_id if run_id else ' of a candidate'} under "
+                          f"{lake.url(part)} (run aigc generate first)")
+    return found
 
 
 def _decode(png: bytes) -> np.ndarray:

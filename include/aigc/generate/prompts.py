@@ -51,9 +51,15 @@ class _Claimed(Exception):
     """Another watcher claimed the same content first."""
 
 
-def claim_prompt_file(lake: Lake, dataset: str) -> dict | None:
-    """The first dropped prompt file (``prompts/<dataset>/dt=<date>/prompts.jsonl``) not claimed yet, or changed
-    since its claim, now claimed by a conditional write (two watchers never both get it); None if there is none.
+REFIRE_AFTER = dt.timedelta(minutes=30)
+"""A claim no DAG run has acknowledged this long is fired again: the watcher that wrote it may have died before
+Airflow stored its event."""
+
+
+def claim_prompt_file(lake: Lake, dataset: str, now: dt.datetime | None = None) -> dict | None:
+    """The first dropped prompt file (``prompts/<dataset>/dt=<date>/prompts.jsonl``) not claimed yet, changed
+    since its claim, or claimed ``REFIRE_AFTER`` ago with no run acknowledging it (``acknowledge_prompt_file``),
+    now claimed by a conditional write (two watchers never both get it); None if there is none.
 
     A claim records the file's size and SHA-256. A file is read only when it has no claim or its size differs
     from the claim's, so each poll costs one listing and one small read per file; a changed file of exactly the
@@ -62,6 +68,7 @@ def claim_prompt_file(lake: Lake, dataset: str) -> dict | None:
 
     from aigc.lake.cas import update_json
 
+    now = now or dt.datetime.now(dt.UTC)
     root = join("prompts", dataset)
     for key in sorted(k for k in lake.list(root) if k.endswith("/" + FILE)):
         folder = key.rsplit("/", 1)[0]
@@ -75,14 +82,14 @@ def claim_prompt_file(lake: Lake, dataset: str) -> dict | None:
         except ObjectNotFound:
             claim = None
         size = lake.size(key)
-        if claim and claim.get("size") == size:
+        if claim and claim.get("size") == size and not _lost(claim, now):
             continue
         digest = hashlib.sha256(lake.get_bytes(key)).hexdigest()
         found = {"date": date, "prompts_key": key, "prompts_uri": lake.url(key), "size": size, "sha256": digest,
-                 "claimed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+                 "claimed_at": now.isoformat(timespec="seconds"), "acknowledged_by": None}
 
         def take(previous: dict | None, found=found) -> dict:
-            if previous and previous.get("sha256") == found["sha256"]:
+            if previous and previous.get("sha256") == found["sha256"] and not _lost(previous, now):
                 raise _Claimed
             return found
 
@@ -92,6 +99,30 @@ def claim_prompt_file(lake: Lake, dataset: str) -> dict | None:
             continue
         return found
     return None
+
+
+def _lost(claim: dict, now: dt.datetime) -> bool:
+    """A claim whose event no run acknowledged in time."""
+    claimed_at = claim.get("claimed_at")
+    return (claim.get("acknowledged_by", "") is None and claimed_at is not None
+            and now - dt.datetime.fromisoformat(claimed_at) > REFIRE_AFTER)
+
+
+def acknowledge_prompt_file(lake: Lake, prompts_key: str, sha256: str, by: str) -> bool:
+    """Record that a run was started for the claimed file (the event reached Airflow): it is not fired again.
+    False if the file was claimed again meanwhile with other content (that claim's run acknowledges it)."""
+    from aigc.lake.cas import update_json
+
+    def ack(previous: dict | None) -> dict:
+        if not previous or previous.get("sha256") != sha256:
+            raise _Claimed
+        return {**previous, "acknowledged_by": previous.get("acknowledged_by") or by}
+
+    try:
+        update_json(lake, join(prompts_key.rsplit("/", 1)[0], CLAIM), ack, what="prompt file acknowledgement")
+    except _Claimed:
+        return False
+    return True
 
 
 def load_prompts(lake: Lake, key: str, cfg: GenerateConfig) -> list[dict]:

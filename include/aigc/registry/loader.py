@@ -72,7 +72,8 @@ class Generator:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], seeds: list[int]) -> torch.Tensor:
-        """(B, R, R, 3) uint8 images; the same (prompt, seed) gives the same image in any batch."""
+        """(B, R, R, 3) uint8 images; the same (prompt, seed) gives the same image in any batch (to one grey
+        level: on some CPUs the convolution kernels depend on the batch, and a float sum may round the other way)."""
         if len(prompts) != len(seeds):
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds: one seed per prompt")
         ids = self.vocab.encode(prompts, self.config.max_tokens).to(self.device)

@@ -56,7 +56,9 @@ def test_a_run_is_measured_gated_promoted_and_published_with_its_report(deployed
     assert {(p["variant"], p["policy"]) for p in pareto["points"]} == {("fp32", "batch1"), ("fp32", "adaptive")}
     recommended = pareto["recommended"]
     assert recommended["as_good"] and recommended["cost_tie"]  # (on 8 timed prompts either policy may be cheaper)
-    assert all(p["max_pixel_diff"] == 0 for p in pareto["points"])  # the policy does not change an image
+    # The policy does not change an image: at most one grey level, where a float sum lands on the other side of
+    # a rounding step (on some CPUs, an AMD EPYC here, oneDNN picks batch-dependent convolution kernels).
+    assert all(p["max_pixel_diff"] <= 1 for p in pareto["points"])
     assert validate_evaluation(deployed_lake, evaluated, LENIENT)["success"]
     published = promote_and_publish(deployed_lake, evaluated, cfg)
     assert published["production"] == "v0001"
