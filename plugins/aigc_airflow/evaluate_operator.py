@@ -42,12 +42,19 @@ class EvaluateOperator(BaseOperator):
         self.report_uri: str | None = None
 
     def execute(self, context) -> dict:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from aigc.evaluate.metrics import NoScorer
         from aigc.stages import EVALUATE
 
         lake = open_task_lake()
         hold_partition_or_fail(context, lake)
         cfg = pipeline_config(run_params(context))
-        summary = EVALUATE.produce(lake, self.generation, cfg, run_id=dag_run_scoped_id(context, cfg, "evaluate"))
+        try:
+            summary = EVALUATE.produce(lake, self.generation, cfg,
+                                       run_id=dag_run_scoped_id(context, cfg, "evaluate"))
+        except NoScorer as e:  # the same content is unreadable on a retry: say why now
+            raise AirflowFailException(str(e)) from e
         self.report_uri = summary["report_uri"]
         self.log.info("evaluation report: %s", self.report_uri)
         return summary

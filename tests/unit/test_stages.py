@@ -150,3 +150,17 @@ def test_a_writer_holding_the_date_keeps_every_other_writer_out(tmp_path):
     with holding_date(lake, DATE, "aigc prepare on host", dt.timedelta(minutes=5)):  # released: free again
         pass
     assert lake.list("leases") == []
+
+
+def test_a_candidates_content_no_scorer_reads_fails_evaluation_naming_it_instead_of_scoring_0(deployed_lake):
+    from aigc.evaluate.metrics import NoScorer
+    from aigc.stages import EVALUATE
+
+    cfg = config()
+    key = "requests/free-form.jsonl"
+    rows = [{"prompt_id": "a", "prompt": "a small red circle on the left", "seed": 1},
+            {"prompt_id": "b", "prompt": "a photo of a cat on a sofa", "seed": 2}]
+    deployed_lake.put_bytes(key, "".join(json.dumps(r) + "\n" for r in rows).encode())
+    generated = produce(deployed_lake, cfg, model_ref="candidate", prompts_key=key)
+    with pytest.raises(NoScorer, match=r"1 of 2 generated prompts of run .* 'a photo of a cat on a sofa'"):
+        EVALUATE.produce(deployed_lake, generated, cfg, run_id="20261120T000000000000Z-eval09")

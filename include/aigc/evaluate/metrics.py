@@ -17,6 +17,21 @@ from aigc.evaluate.stats import Estimate, bootstrap, paired_difference, wilson
 from aigc.shapes import parse_caption
 
 
+class NoScorer(ValueError):
+    """Content the evaluation cannot judge: no scorer reads its prompts. Scoring it 0 would fail a good model."""
+
+
+def require_scorable(captions: Sequence[str], what: str) -> None:
+    """NoScorer naming how many of ``captions`` (``what``: whose they are) the checker cannot read, with examples."""
+    unread = [c for c in captions if parse_caption(c) is None]
+    if unread:
+        examples = ", ".join(repr(c[:80]) for c in unread[:3])
+        raise NoScorer(f"{len(unread)} of {len(captions)} {what} are outside what the image workload's checker "
+                       f"judges (captions of the shapes world: size, colour, shape, position), e.g. {examples}: "
+                       "no alignment can be measured for them, and scoring them 0 would fail a good model. "
+                       "Evaluate prompts the checker reads, or plug in a workload whose scorer reads these")
+
+
 def assess(images: list[np.ndarray], captions: list[str]) -> dict:
     """Per-image readings and the alignment figures; captions outside the grammar are not scored."""
     rows, features = [], []

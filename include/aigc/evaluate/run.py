@@ -21,7 +21,15 @@ from PIL import Image
 from aigc.config import PipelineConfig
 from aigc.evaluate.checker import ATTRIBUTES
 from aigc.evaluate.grid import measure_grid, variant_quality
-from aigc.evaluate.metrics import alignment_estimate, assess, diversity, frechet_estimate, pareto_front, recommend
+from aigc.evaluate.metrics import (
+    alignment_estimate,
+    assess,
+    diversity,
+    frechet_estimate,
+    pareto_front,
+    recommend,
+    require_scorable,
+)
 from aigc.evaluate.reference import checker_reference, evaluation_prompts
 from aigc.evaluate.report import write_report
 from aigc.evaluate.review import agreement, export_queue
@@ -98,6 +106,7 @@ def evaluate(lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) 
 
     # The checker's own accuracy: on its fixed reference set, and on the day's held-out real images.
     real, real_captions = real_images(lake, cfg.prepare.dataset, date, e.checker_images)
+    require_scorable(real_captions, f"held-out captions of curated/{cfg.prepare.dataset}/dt={date}")
     resolution = real[0].shape[0] if real else cfg.prepare.resolution
     reference = checker_reference(lake, resolution, e.reference_seeds, e.confidence)
     checker = assess(real, real_captions)
@@ -105,6 +114,7 @@ def evaluate(lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) 
     # The day's content: the generation run gate 5 publishes if it passes.
     rows = _generated(lake, generation)
     generated = [r for r in rows if r["status"] == "generated"]
+    require_scorable([r["prompt"] for r in generated], f"generated prompts of run {generation['run_id']}")
     quality = assess([_decode(r["image"]) for r in generated], [r["prompt"] for r in generated])
     from aigc.prepare.checks import blocked_term
 
