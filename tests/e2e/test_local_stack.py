@@ -32,8 +32,12 @@ ASSETS = {"aigc_curated_shapes": "publish_curated", "aigc_model_candidate": "pub
 MODEL = "shapes-cvae"
 
 
-def today() -> str:
-    return dt.datetime.now(dt.UTC).date().isoformat()  # a run with no logical date belongs to today
+@pytest.fixture(scope="module")
+def day(local_stack, api_run) -> str:
+    """The API run's date: a run with no logical date belongs to the day it was made (read from the run, not
+    from the clock, which may pass midnight while the module runs)."""
+    run = local_stack.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{api_run}")
+    return (run["logical_date"] or run["run_after"])[:10]
 
 
 def productions(lake) -> set[str]:
@@ -48,7 +52,7 @@ def prompt_lines(n: int, text: str = "a large blue square at the top") -> bytes:
 # Runs first: its form run must come while the API run (module fixture api_run) still holds the date.
 @pytest.mark.skipif(browser.missing() is not None, reason=str(browser.missing()))
 def test_a_form_run_of_aigc_generate_waits_for_the_api_run_of_its_date_then_publishes_production_content(
-        local_stack, api_run):
+        local_stack, api_run, day):
     """A user triggers aigc_generate from its form with a prompt file in the lake while an all-stages run of the same
     date, triggered through the REST API, holds the date: the form's run waits for the other's lease, then
     generates with the production model that run promoted and publishes after gate 4; the AIGC view inside
@@ -72,7 +76,7 @@ def test_a_form_run_of_aigc_generate_waits_for_the_api_run_of_its_date_then_publ
         api_still_holds = local_stack.task_state(api_run, "release_partition") in (None, "scheduled", "queued")
         run = local_stack.api("GET", f"/api/v2/dags/aigc_generate/dagRuns/{form_run}")
         assert run["conf"]["prompts_uri"] == "requests/form.jsonl" and run["conf"]["preset"] == "smoke"
-        assert run_date(run) == today()  # the form's logical date defaults to now
+        assert run_date(run) == day  # the form's logical date defaults to now
         assert api_still_holds, "the API run gave its date back before the form's run came: nothing was tested"
         assert local_stack.wait_for_runs([api_run], timeout=1200) == {api_run: "success"}
         assert local_stack.wait_for_runs([form_run], timeout=900, dag_id="aigc_generate") == {form_run: "success"}
@@ -84,13 +88,13 @@ def test_a_form_run_of_aigc_generate_waits_for_the_api_run_of_its_date_then_publ
         assert form_tis["publish_generations"]["state"] == "success"
         assert form_tis["hand_off_for_evaluation"]["state"] == "skipped"  # production: nothing to evaluate
         # The form's run replaced the API run's generations whole; the API run's (24 prompts) is the previous.
-        generations = resolve(lake, partition("generations", MODEL, today()))
+        generations = resolve(lake, partition("generations", MODEL, day))
         replaced = generations["run_prefix"].replace(generations["run_id"], generations["previous_run_id"])
         assert lake.get_json(f"{replaced}/_MANIFEST.json")["generated"] == 24
         manifest = lake.get_json(f"{generations['run_prefix']}/_MANIFEST.json")
         assert (manifest["generated"], manifest["model_ref"]) == (16, "production")
         assert manifest["version"] in productions(lake)  # (the nightly chain may have promoted another since)
-        assert not lake.exists(f"leases/aigc_pipeline/dt={today()}.json")  # both gave the date back
+        assert not lake.exists(f"leases/aigc_pipeline/dt={day}.json")  # both gave the date back
 
         chromium.open(f"/dags/aigc_generate/runs/{form_run}")
         chromium.until(lambda: chromium.xpath("//*[contains(normalize-space(.), 'Success')]"), "the run page")
@@ -105,7 +109,7 @@ def test_a_form_run_of_aigc_generate_waits_for_the_api_run_of_its_date_then_publ
         # Its latest report shows the day's evaluation gallery, loaded over HTTP from the lake.
         chromium.open("/aigc/latest")
         gallery = chromium.until(lambda: chromium.css("img[src*='gallery.png']"), "the gallery image")
-        evaluation = resolve(lake, partition("evaluations", MODEL, today()))
+        evaluation = resolve(lake, partition("evaluations", MODEL, day))
         assert evaluation["run_id"] in gallery.get_attribute("src")
         chromium.until(lambda: chromium.driver.execute_script("return arguments[0].naturalWidth", gallery) > 0,
                        "the gallery to load")
@@ -115,7 +119,7 @@ def test_a_form_run_of_aigc_generate_waits_for_the_api_run_of_its_date_then_publ
 
 
 def test_a_run_triggered_through_the_rest_api_publishes_every_stage_and_says_so_in_its_asset_events(
-        local_stack, api_run):
+        local_stack, api_run, day):
     state = local_stack.wait_for_runs([api_run])[api_run]
     assert state == "success", f"{api_run} ended {state}; logs in {local_stack.logs} and {local_stack.home}/logs"
     run = local_stack.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{api_run}")
@@ -129,10 +133,10 @@ def test_a_run_triggered_through_the_rest_api_publishes_every_stage_and_says_so_
         assert (DAG_ID, producer) in {(t["dag_id"], t["task_id"]) for t in assets[name]["producing_tasks"]}, name
     events = local_stack.api("GET", f"/api/v2/assets/events?source_run_id={quote(api_run)}&limit=100")["asset_events"]
     assert {e["name"] for e in events} == set(ASSETS)
-    assert all(e["extra"].get("date") == today() and e["extra"]["chain"] is False for e in events)
+    assert all(e["extra"].get("date") == day and e["extra"]["chain"] is False for e in events)
     extra = {e["name"]: e["extra"] for e in events}
     lake = open_lake(local_stack.lake_uri)
-    curated = f"curated/shapes/dt={today()}/run={extra['aigc_curated_shapes']['run_id']}"
+    curated = f"curated/shapes/dt={day}/run={extra['aigc_curated_shapes']['run_id']}"
     manifest = lake.get_json(f"{curated}/_manifest.json")
     assert manifest["input_records"] == 300 == manifest["rows"] + sum(manifest["quarantined"].values())
     generations = extra["aigc_generations"]["generations_uri"].removeprefix(lake.uri.rstrip("/") + "/")
@@ -181,10 +185,11 @@ def _triggered_by(stack, run: dict, asset: str) -> bool:
 def test_the_nightly_chain_runs_every_stage_from_the_scheduled_prepare_run_with_no_user_action(local_stack, api_run):
     """As the deployment starts, aigc_prepare gets its scheduled run for the latest day; each stage's
     publication starts the next stage's DAG (assets), down to a published evaluation for that day."""
-    yesterday = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()
     prepare = local_stack.wait_for_a_run("aigc_prepare", lambda r: r["run_type"] == "scheduled",
                                          "the scheduled aigc_prepare run", timeout=600)
-    assert prepare["state"] == "success" and run_date(prepare) == yesterday
+    yesterday = run_date(prepare)  # the day before the deployment started (read from the run, not the clock)
+    started = dt.date.fromisoformat(prepare["run_after"][:10])
+    assert prepare["state"] == "success" and dt.date.fromisoformat(yesterday) == started - dt.timedelta(days=1)
     runs = {"aigc_prepare": prepare}
     for dag_id, asset in (("aigc_train", "aigc_curated_shapes"), ("aigc_deploy", "aigc_model_candidate"),
                           ("aigc_generate", "aigc_model_deployable"),
