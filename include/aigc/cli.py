@@ -26,7 +26,7 @@ log = logging.getLogger("aigc")
 
 
 def _config(args: argparse.Namespace) -> PipelineConfig:
-    cfg = preset(args.preset)
+    cfg = preset(args.preset, getattr(args, "workload__name", None))
     if getattr(args, "config_json", None):  # a torchrun worker gets the launcher's resolved configuration
         return cfg.override(json.loads(args.config_json))
     changes: dict[str, dict] = {}
@@ -302,6 +302,12 @@ def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls, only: t
                            metavar=f.name.upper())
 
 
+def _add_workload_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", dest="workload__name", default=None, metavar="NAME",
+                   help="the model and data to run: image (built in, the default), an installed entry point of the "
+                        "aigc.workloads group, or package.module:ATTRIBUTE")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from aigc.config import (
         BatchingConfig,
@@ -327,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
         p.set_defaults(fn=fn)
         p.add_argument("--preset", default="default", help="named configuration: default or demo")
+        _add_workload_flag(p)
         p.add_argument("--lake", default=None, help="lake URI (default $AIGC_LAKE_URI, else ./.lake)")
         p.add_argument("--date", required=True, help="logical date YYYY-MM-DD: the partition to write")
         return p
@@ -394,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lake", default=None, help="lake URI (default $AIGC_LAKE_URI, else ./.lake)")
     p.add_argument("--version", default=None, help="promote: the version (or alias) to make production")
     p.add_argument("--reason", default=None, help="recorded in the alias history")
+    _add_workload_flag(p)
     _add_config_flags(p, "model", ModelConfig, only=("name",))
 
     p = command("status", cmd_status, "what is published for a date, with its gate results")

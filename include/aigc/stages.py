@@ -51,6 +51,13 @@ def holding_date(lake: Lake, date: dt.date | str, owner: str, ttl: dt.timedelta)
         yield record
 
 
+def _require(cfg: PipelineConfig, stage: str) -> None:
+    """The configured workload provides ``stage`` (else NotImplementedError naming what it provides)."""
+    from aigc.workloads import workload_of
+
+    workload_of(cfg).require(stage)
+
+
 class Stage(ABC):
     """A stage's gate and publication over what its ``produce`` step wrote (``produced``: that step's summary)."""
 
@@ -79,6 +86,7 @@ class PrepareStage(Stage):
     def produce(self, raw: Lake, lake: Lake, date, cfg: PipelineConfig) -> dict:
         from aigc.prepare import prepare
 
+        _require(cfg, self.name)
         return prepare(raw, lake, date, cfg.prepare)
 
     def gate(self, lake, cfg, produced):
@@ -122,11 +130,13 @@ class DeployStage(Stage):
     def register(self, lake: Lake, date, cfg: PipelineConfig) -> dict:
         from aigc.registry.deploy import register_trained
 
+        _require(cfg, self.name)
         return register_trained(lake, cfg.model.name, date)
 
     def build(self, lake: Lake, cfg: PipelineConfig, version: str) -> dict:
         from aigc.registry.deploy import build_variants
 
+        _require(cfg, self.name)
         return build_variants(lake, cfg.model.name, version, cfg.deploy)
 
     def gate(self, lake, cfg, produced):
@@ -144,6 +154,7 @@ class GenerateStage(Stage):
              model_ref: str | None = None, prompts_key: str | None = None) -> dict:
         from aigc.generate.run import plan_generation
 
+        _require(cfg, self.name)
         return plan_generation(lake, date, cfg, run_id=run_id, demo_prompts=demo_prompts, model_ref=model_ref,
                                prompts_key=prompts_key)
 
@@ -189,6 +200,7 @@ class EvaluateStage(Stage):
     def produce(self, lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) -> dict:
         from aigc.evaluate.run import evaluate
 
+        _require(cfg, self.name)
         return evaluate(lake, generation, cfg, run_id=run_id)
 
     def gate(self, lake, cfg, produced):

@@ -170,9 +170,11 @@ def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
     for dag in dagbag.dags.values():
         untitled = [n for n, p in dag.params.items() if not p.schema.get("title")]
         unsectioned = [n for n, p in dag.params.items() if not p.schema.get("section")]
-        assert not untitled and unsectioned == ["preset"], dag.dag_id  # the form groups the knobs
+        assert not untitled and unsectioned == ["preset", "workload"], dag.dag_id  # the form groups the knobs
         copy.deepcopy(dag.params).validate()
+    assert params["workload"] == os.environ.get("AIGC_DEFAULT_WORKLOAD", "image")
     for name, bad in (("resolution", 33), ("dirt_rate", 1.5), ("preset", "huge"), ("n_records", 0),
+                      ("workload", "my model; rm -rf"), ("workload", "pkg.mod:"),
                       ("nproc", 0), ("precision", "fp8"), ("train_steps", 0), ("variant", "fp64"),
                       ("budget_fraction", 0), ("generate_shards", 0)):
         with pytest.raises(ParamValidationError):
@@ -187,8 +189,10 @@ def test_each_dag_shows_only_its_own_stages_fields_from_the_one_table(dagbag):
     from aigc.config.form import FORM, FORM_FIELDS
 
     for dag_id, stage in STAGE_DAGS.items():
-        assert set(dagbag.dags[dag_id].params) == {"preset"} | {f.param for f in FORM if f.stage == stage}, dag_id
-    assert set(dagbag.dags["aigc_pipeline"].params) == {"preset"} | {f.param for f in FORM if f.in_all_stages}
+        assert set(dagbag.dags[dag_id].params) == {"preset", "workload"} | {f.param for f in FORM
+                                                                             if f.stage == stage}, dag_id
+    assert set(dagbag.dags["aigc_pipeline"].params) == {"preset", "workload"} | {f.param for f in FORM
+                                                                                  if f.in_all_stages}
     for dag in dagbag.dags.values():
         for name, param in dag.params.items():
             enum = param.schema.get("enum") or []

@@ -24,12 +24,13 @@ from aigc.config.serving import (
     GenerateGateThresholds,
 )
 from aigc.config.training import GRAD_COMPRESSIONS, PRECISIONS, ModelConfig, TrainConfig, TrainingGateThresholds
+from aigc.config.workload import WorkloadConfig
 
 __all__ = [
     "DATE_LEASE_TTL", "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "RESOLUTIONS", "VARIANTS", "BatchingConfig",
     "CuratedGateThresholds", "DeployConfig", "DeployGateThresholds", "EvaluateConfig", "EvaluationGateThresholds",
     "GenerateConfig", "GenerateGateThresholds", "ModelConfig", "PipelineConfig", "PrepareConfig", "RawDropConfig",
-    "TrainConfig", "TrainingGateThresholds", "preset",
+    "TrainConfig", "TrainingGateThresholds", "WorkloadConfig", "preset",
 ]
 
 
@@ -37,6 +38,7 @@ __all__ = [
 class PipelineConfig:
     """Every stage's settings; the DAG's trigger form and the CLI override single fields."""
 
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     raw: RawDropConfig = field(default_factory=RawDropConfig)
     prepare: PrepareConfig = field(default_factory=PrepareConfig)
     curated_gate: CuratedGateThresholds = field(default_factory=CuratedGateThresholds)
@@ -103,8 +105,15 @@ def _smoke() -> PipelineConfig:
 PRESETS = {"default": PipelineConfig, "demo": _demo, "smoke": _smoke}
 
 
-def preset(name: str) -> PipelineConfig:
+def preset(name: str, workload: str | None = None) -> PipelineConfig:
+    """The named preset for ``workload`` (default: the image workload): the workload's own changes to the preset
+    (``Workload.config_overrides``: its model and dataset names, its sizes) come first, the user's after."""
     try:
-        return PRESETS[name]()
+        cfg = PRESETS[name]()
     except KeyError:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}") from None
+    if not workload or workload == cfg.workload.name:
+        return cfg
+    from aigc.workloads import load_workload
+
+    return cfg.override({"workload": {"name": workload}, **load_workload(workload).config_overrides(name)})

@@ -142,19 +142,21 @@ def config_changes(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 # The configuration classes by section (names, so this module imports nothing).
-SECTIONS = {"RawDropConfig": "raw", "PrepareConfig": "prepare", "CuratedGateThresholds": "curated_gate",
-            "ModelConfig": "model", "TrainConfig": "train", "TrainingGateThresholds": "train_gate",
-            "DeployConfig": "deploy", "DeployGateThresholds": "deploy_gate", "BatchingConfig": "batching",
-            "GenerateConfig": "generate", "GenerateGateThresholds": "generate_gate", "EvaluateConfig": "evaluate",
-            "EvaluationGateThresholds": "evaluate_gate"}
-# The `aigc` command whose flags include a section's fields.
-COMMANDS = {"raw": "make-raw", "prepare": "prepare", "curated_gate": "prepare", "model": "train", "train": "train",
-            "train_gate": "train", "deploy": "deploy", "deploy_gate": "deploy", "batching": "generate",
-            "generate": "generate", "generate_gate": "generate", "evaluate": "evaluate", "evaluate_gate": "evaluate"}
+SECTIONS = {"WorkloadConfig": "workload", "RawDropConfig": "raw", "PrepareConfig": "prepare",
+            "CuratedGateThresholds": "curated_gate", "ModelConfig": "model", "TrainConfig": "train",
+            "TrainingGateThresholds": "train_gate", "DeployConfig": "deploy", "DeployGateThresholds": "deploy_gate",
+            "BatchingConfig": "batching", "GenerateConfig": "generate", "GenerateGateThresholds": "generate_gate",
+            "EvaluateConfig": "evaluate", "EvaluationGateThresholds": "evaluate_gate"}
+# The `aigc` command whose flags include a section's fields (the workload's flag is on every command).
+COMMANDS = {"workload": "…", "raw": "make-raw", "prepare": "prepare", "curated_gate": "prepare", "model": "train",
+            "train": "train", "train_gate": "train", "deploy": "deploy", "deploy_gate": "deploy",
+            "batching": "generate", "generate": "generate", "generate_gate": "generate", "evaluate": "evaluate",
+            "evaluate_gate": "evaluate"}
 
 
 def how_to_set(section: str, name: str) -> str:
     """Every place ``section.name`` can be changed, in words."""
     form = next((param for param, field in FORM_FIELDS.items() if field == (section, name)), None)
-    flag = f"--{name.replace('_', '-')} on `aigc {COMMANDS[section]}`"
+    flag = ("--workload on any `aigc` command" if section == "workload"
+            else f"--{name.replace('_', '-')} on `aigc {COMMANDS[section]}`")
     return (f"the trigger form's '{form}' field, " if form else "") + f"{flag}, or {section}.{name} in a preset"

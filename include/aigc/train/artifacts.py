@@ -35,35 +35,47 @@ METRICS = "metrics.parquet"
 
 _NAN = float("nan")
 METRIC_DEFAULTS: dict[str, float | int | str] = {
-    "step": 0, "epoch": 0, "loss": _NAN, "recon": _NAN, "kl": _NAN, "lr": _NAN, "grad_norm": _NAN,
+    "step": 0, "epoch": 0, "loss": _NAN, "lr": _NAN, "grad_norm": _NAN,
     "samples_per_s": _NAN, "imbalance": _NAN, "step_imbalance": _NAN, "val_loss": _NAN,
     "rank_norm_min": _NAN, "rank_norm_max": _NAN, "flagged_ranks": "",
 }
-METRICS_SCHEMA = pa.schema([(k, pa.int64() if k in ("step", "epoch") else pa.string() if k == "flagged_ranks"
-                             else pa.float64()) for k in METRIC_DEFAULTS])
+"""The columns of every workload's metrics; the workload's loss parts (``Workload.loss_parts``) follow ``loss``."""
 
 
-def metric_row(step: int, **values) -> dict:
+def metrics_schema(parts: tuple[str, ...] | list[str] = ()) -> pa.Schema:
+    names = [*list(METRIC_DEFAULTS)[:3], *parts, *list(METRIC_DEFAULTS)[3:]]
+    return pa.schema([(k, pa.int64() if k in ("step", "epoch") else pa.string() if k == "flagged_ranks"
+                       else pa.float64()) for k in names])
+
+
+def metric_row(step: int, parts: dict[str, float] | None = None, **values) -> dict:
+    """One step's metrics: the core's (``METRIC_DEFAULTS``) and the workload's loss ``parts``."""
     unknown = set(values) - set(METRIC_DEFAULTS)
     if unknown:
         raise KeyError(f"unknown metric(s) {sorted(unknown)}")
-    return {**METRIC_DEFAULTS, "step": step, **values}
+    clash = set(parts or ()) & set(METRIC_DEFAULTS)
+    if clash:
+        raise KeyError(f"loss part(s) {sorted(clash)} clash with the core's metrics")
+    return {**METRIC_DEFAULTS, "step": step, **values, **(parts or {})}
 
 
 def training_run_prefix(model: str, date: str | dt.date, run_id: str) -> str:
     return run_prefix(partition("training", model, date), run_id)
 
 
-def write_metrics(lake: Lake, prefix: str, rows: list[dict]) -> str:
-    table = pa.Table.from_pylist(rows, schema=METRICS_SCHEMA)
-    with lake.parquet_writer(join(prefix, METRICS), METRICS_SCHEMA) as writer:
+def write_metrics(lake: Lake, prefix: str, rows: list[dict], parts: tuple[str, ...] = (),
+                  title: str = "training loss") -> str:
+    """metrics.parquet (a part a row lacks, as step 0's validation row does, is NaN) and loss.png."""
+    schema = metrics_schema(parts)
+    table = pa.Table.from_pylist([{**dict.fromkeys(parts, _NAN), **r} for r in rows], schema=schema)
+    with lake.parquet_writer(join(prefix, METRICS), schema) as writer:
         writer.write_table(table)
     train = [r for r in rows if r["step"] > 0]
     val = [r for r in rows if math.isfinite(r["val_loss"])]
     lake.put_bytes(join(prefix, "loss.png"), line_chart(
         {"train loss": ([r["step"] for r in train], [r["loss"] for r in train]),
          "validation loss": ([r["step"] for r in val], [r["val_loss"] for r in val])},
-        title="training: negative ELBO per pixel", xlabel="optimizer step", ylabel="loss", log_y=True))
+        title=title, xlabel="optimizer step", ylabel="loss", log_y=True))
     return join(prefix, METRICS)
 
 
@@ -82,25 +94,27 @@ def code_version() -> str:
             return "unknown"
 
 
-def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, vocab, cfg: PipelineConfig, rows: list[dict],
-                index, run_id: str, date: dt.date, world: int, precision: str, resumed_from: int | None,
-                initial_val: float, flagged_steps: int, decoded_shards: int, seconds: float) -> dict:
+def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, workload, cfg: PipelineConfig,
+                rows: list[dict], index, run_id: str, date: dt.date, world: int, precision: str,
+                resumed_from: int | None, initial_val: float, flagged_steps: int, seconds: float) -> dict:
     """Weights, model card, metrics and the summary (last). Returns the summary."""
     weights = save_safetensors({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
                                metadata={"format": "pt", "model": cfg.model.name})
     lake.put_bytes(join(prefix, WEIGHTS), weights)
-    metrics_key = write_metrics(lake, prefix, rows)
+    metrics_key = write_metrics(lake, prefix, rows, workload.loss_parts, workload.loss_title)
     trained = [r for r in rows if r["step"] > 0]
     final_val = rows[-1]["val_loss"]
     speeds = sorted(r["samples_per_s"] for r in trained)
     lineage = {"dataset": cfg.prepare.dataset, "curated": index.partitions, "training_run": run_id,
                "code_version": code_version(), "host": os.uname().nodename}
-    card = {"model": dataclasses.asdict(cfg.model), "vocab": vocab.to_dict(), "train": dataclasses.asdict(cfg.train),
-            "weights": WEIGHTS, "weights_sha256": hashlib.sha256(weights).hexdigest(), "lineage": lineage,
+    card = {"workload": workload.name, **task.card(),
+            "train": dataclasses.asdict(cfg.train), "weights": WEIGHTS,
+            "weights_sha256": hashlib.sha256(weights).hexdigest(), "lineage": lineage,
             "parameters": sum(p.numel() for p in model.parameters())}
     lake.put_json(join(prefix, MODEL_CARD), card)
     summary = {
         "stage": "train", "date": date.isoformat(), "run_id": run_id, "model": cfg.model.name,
+        "workload": workload.name,
         "run_uri": lake.url(prefix), "weights_uri": lake.url(join(prefix, WEIGHTS)),
         "metrics_uri": lake.url(metrics_key), "loss_png_uri": lake.url(join(prefix, "loss.png")),
         "steps": trained[-1]["step"] if trained else 0, "optimizer_steps_logged": len(trained),
@@ -110,7 +124,7 @@ def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, vocab, cfg: 
         "imbalance": max((r["imbalance"] for r in trained), default=0.0),
         "flagged_steps": flagged_steps, "samples": len(index), "partitions": len(index.partitions),
         "median_samples_per_s": speeds[len(speeds) // 2] if speeds else None,
-        "decoded_shards": decoded_shards, "parameters": card["parameters"],
+        **task.stats(), "parameters": card["parameters"],
         "weights_sha256": card["weights_sha256"], "seconds": round(seconds, 2),
     }
     lake.put_json(join(prefix, SUMMARY), json.loads(json.dumps(summary, default=str)))

@@ -20,12 +20,12 @@ from aigc import faults
 from aigc.config import PipelineConfig
 from aigc.lake import Lake
 from aigc.lake.keys import parse_date
-from aigc.models import ConditionalVAE, Vocab
 from aigc.train import distributed as D
 from aigc.train.artifacts import metric_row, training_run_prefix, write_final, write_metrics
 from aigc.train.balance import balanced_plan, imbalance, step_imbalance
 from aigc.train.checkpoint import check_resumable, load_latest, save_checkpoint
-from aigc.train.data import Batches, ImageStore, load_window
+from aigc.train.data import Batches, load_window
+from aigc.workloads import workload_of
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,8 @@ def lr_lambda(step: int, warmup: int, total: int, min_ratio: float) -> float:
 def resume_key(cfg: PipelineConfig, date: dt.date) -> dict:
     """What must match to resume: what a step means. nproc/nodes may change (batches are global)."""
     t = cfg.train
-    return {"date": date.isoformat(), "dataset": cfg.prepare.dataset, "model": cfg.model.__dict__,
+    return {"date": date.isoformat(), "dataset": cfg.prepare.dataset, "workload": cfg.workload.name,
+            "model": cfg.model.__dict__,
             **{k: getattr(t, k) for k in ("window_days", "steps", "batch_size", "grad_accum", "lr", "min_lr_ratio",
                                            "warmup_steps", "weight_decay", "seed", "val_fraction", "val_max")}}
 
@@ -53,10 +54,12 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
     prefix = training_run_prefix(m.name, date, run_id)
     precision = D.resolve_precision(t.precision, ctx.device)
 
-    index = load_window(lake, cfg.prepare.dataset, date, t.window_days)
+    workload = workload_of(cfg)
+    workload.require("train")
+    index = load_window(lake, cfg.prepare.dataset, date, t.window_days, workload.index_columns,
+                        workload.sample_costs)
     train_idx, val_idx = index.split(t.val_fraction, t.val_max)
-    vocab = Vocab.build(index.captions)
-    tokens = vocab.encode(index.captions, m.max_tokens)  # (N, L)
+    task = workload.training_task(lake, index, cfg)
     micro = t.micro_batch(ctx.world)
     per_step = micro * t.grad_accum  # samples per rank per optimizer step
     steps_per_epoch = len(train_idx) // (per_step * ctx.world)
@@ -65,13 +68,13 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
                          f"TrainConfig.batch_size={t.batch_size} needs at least that many "
                          "(lower it or widen the window)")
     if ctx.is_main:
-        log.info("window: %d partition(s), %d samples (%d train, %d validation), vocabulary %d; "
+        log.info("workload %s: %d partition(s), %d samples (%d train, %d validation); "
                  "%d rank(s) × %d micro × %d accum; %d steps per epoch; precision %s",
-                 len(index.partitions), len(index), len(train_idx), len(val_idx), len(vocab), ctx.world, micro,
+                 workload.name, len(index.partitions), len(index), len(train_idx), len(val_idx), ctx.world, micro,
                  t.grad_accum, steps_per_epoch, precision)
 
     torch.manual_seed(t.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = ConditionalVAE(len(vocab), m).to(ctx.device)
+    model = task.build_model().to(ctx.device)
     opt = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: lr_lambda(s, t.warmup_steps, t.steps, t.min_lr_ratio))
@@ -83,9 +86,9 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
     if found:
         pointer, state = found
         check_resumable(state["resume_key"], key, lake.url(pointer["key"]))
-        if state["vocab"] != vocab.tokens:
+        if state.get("data_state", state.get("vocab")) != task.data_state:
             raise ValueError(f"cannot resume from {lake.url(pointer['key'])}: the curated window changed since "
-                             "it was written (another vocabulary); start a new run")
+                             "it was written (the data now defines another vocabulary); start a new run")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -96,10 +99,9 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
         if ctx.is_main:
             log.info("resuming run %s from step %d (%s)", run_id, start_step, lake.url(pointer["key"]))
     else:
-        torch.manual_seed(t.seed * 1000 + ctx.rank)  # per-rank noise for the VAE's sampling
+        torch.manual_seed(t.seed * 1000 + ctx.rank)  # per-rank noise (a VAE's sampling, dropout)
 
     ddp, health = D.wrap_model(model, ctx, t.grad_compression)
-    store = ImageStore(lake, index, m.resolution, t.cache_bytes)
     costs = index.costs[train_idx]
     val_mine = val_idx[ctx.rank::ctx.world]
 
@@ -109,9 +111,8 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
         with torch.no_grad(), D.autocast(precision, ctx.device):
             for chunk in np.array_split(val_mine, max(1, math.ceil(len(val_mine) / 256))):
                 if len(chunk):
-                    out = model(store.images(chunk).to(ctx.device), tokens[torch.from_numpy(chunk)].to(ctx.device),
-                                sample=False)
-                    total += float(out.loss) * len(chunk)
+                    batch = tuple(x.to(ctx.device) for x in task.batch(chunk))
+                    total += float(task.loss(model, batch, train=False).total) * len(chunk)
         model.train()
         loss_sum, n = D.all_sum(ctx, [total, float(len(val_mine))])
         return loss_sum / max(n, 1.0)
@@ -122,8 +123,8 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
             save_checkpoint(lake, prefix, step, {
                 "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
                 "scheduler": sched.state_dict(), "scaler": scaler.state_dict(), "rng": rng,
-                "resume_key": key, "vocab": vocab.tokens, "metrics": rows, "config": cfg.to_dict()})
-            write_metrics(lake, prefix, rows)
+                "resume_key": key, "data_state": task.data_state, "metrics": rows, "config": cfg.to_dict()})
+            write_metrics(lake, prefix, rows, workload.loss_parts, workload.loss_title)
 
     if not rows:  # step 0: the untrained model's validation loss, the yardstick of gate 2
         rows.append(metric_row(0, epoch=0, val_loss=validate()))
@@ -146,19 +147,18 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
                 if batches:
                     batches.close()
                 mine = [train_idx[s] for s in plan[k:, ctx.rank].reshape(-1, micro)]
-                batches_iter = iter(batches := Batches(store, tokens, mine, t.prefetch_batches))
+                batches_iter = iter(batches := Batches(task.batch, mine, t.prefetch_batches))
                 if ctx.is_main:
                     log.info("epoch %d: imbalance %.4f (per step %.4f) of assigned cost over %d rank(s)",
                              epoch, *epoch_plan, ctx.world)
             t0 = time.perf_counter()
-            sums = [0.0, 0.0, 0.0]
+            sums = [0.0] * (1 + len(workload.loss_parts))  # the loss, then its logged parts
             for a in range(t.grad_accum):
-                images, ids = next(batches_iter)
-                images, ids = images.to(ctx.device, non_blocking=True), ids.to(ctx.device, non_blocking=True)
+                batch = tuple(x.to(ctx.device, non_blocking=True) for x in next(batches_iter))
                 with D.no_sync(ddp, a == t.grad_accum - 1), D.autocast(precision, ctx.device):
-                    out = ddp(images, ids)
-                    scaler.scale(out.loss / t.grad_accum).backward()
-                parts = (out.loss, out.recon, out.kl)
+                    out = task.loss(ddp, batch, train=True)
+                    scaler.scale(out.total / t.grad_accum).backward()
+                parts = (out.total, *(out.parts[p] for p in workload.loss_parts))
                 sums = [s + float(v.detach()) / t.grad_accum for s, v in zip(sums, parts, strict=True)]
             scaler.unscale_(opt)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_grad_norm or float("inf")))
@@ -169,8 +169,9 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
             opt.zero_grad(set_to_none=True)
             step += 1
 
-            loss, recon, kl = D.all_mean(ctx, sums)
-            row = metric_row(step, epoch=epoch, loss=loss, recon=recon, kl=kl, lr=lr, grad_norm=grad_norm,
+            loss, *part_means = D.all_mean(ctx, sums)
+            row = metric_row(step, epoch=epoch, loss=loss, lr=lr, grad_norm=grad_norm,
+                             parts=dict(zip(workload.loss_parts, part_means, strict=True)),
                              samples_per_s=t.batch_size / (time.perf_counter() - t0),
                              imbalance=epoch_plan[0], step_imbalance=epoch_plan[1])
             if health is not None and step % t.health_every == 0:
@@ -211,7 +212,6 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
 
     if not ctx.is_main:
         return None
-    return write_final(lake, prefix, model=model, vocab=vocab, cfg=cfg, rows=rows, index=index, run_id=run_id,
-                       date=date, world=ctx.world, precision=precision, resumed_from=resumed_from,
-                       initial_val=initial_val, flagged_steps=flagged_steps, decoded_shards=store.decoded_shards,
-                       seconds=time.perf_counter() - started)
+    return write_final(lake, prefix, model=model, task=task, workload=workload, cfg=cfg, rows=rows, index=index,
+                       run_id=run_id, date=date, world=ctx.world, precision=precision, resumed_from=resumed_from,
+                       initial_val=initial_val, flagged_steps=flagged_steps, seconds=time.perf_counter() - started)

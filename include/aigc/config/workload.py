@@ -1,0 +1,22 @@
+"""Which workload the pipeline runs (``aigc.workloads``): a name, resolved when a stage runs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NAME_PATTERN = r"^[A-Za-z_][\w.-]*(:[A-Za-z_]\w*)?$"
+"""A plain name, or ``package.module:ATTRIBUTE`` (the trigger form checks the same pattern)."""
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    name: str = "image"
+    """``image`` (built in), an entry point of the ``aigc.workloads`` group, or ``package.module:ATTRIBUTE``."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not re.match(NAME_PATTERN, self.name):
+            from aigc.config._checks import _where
+
+            raise ValueError(f"WorkloadConfig.name must be a workload name (image, an entry point's name) or "
+                             f"'package.module:ATTRIBUTE', got {self.name!r}{_where(self, 'name')}")

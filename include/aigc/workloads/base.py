@@ -1,0 +1,112 @@
+"""The workload interface: what a model and its data bring to the pipeline's core.
+
+The core owns everything that does not depend on the model: the lake layout, leases, staging and
+publication, gates, DDP under torchrun (ranks balanced by cost, gradient accumulation, mixed precision,
+clipping, checkpoints a retry resumes from), the registry, the batcher, the cache and the ledger. A
+workload owns what does: how a curated row costs compute, how rows become tensors, the model and its
+loss. A workload is chosen by name (``aigc.workloads.registry``): ``image`` is built in, a user's comes
+from an entry point of the ``aigc.workloads`` group or a ``module:attribute`` path.
+
+Stage 2 (training) runs every workload through this interface today; the other stages' hooks (record
+rules for stage 1, variant exporters for stage 3, the generator and its per-item cost for stage 4, the
+scorers and their checker for stage 5) are being moved onto it stage by stage (issue 18): until a stage
+has its hook, it runs the image workload's code and refuses any other workload by name
+(``Workload.require``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from aigc.config import PipelineConfig
+    from aigc.lake import Lake
+    from aigc.train.data import WindowIndex
+
+
+@dataclass
+class Loss:
+    """A micro-batch's loss: ``total`` is what backward runs on; ``parts`` are logged per step (their names are
+    the workload's ``loss_parts``), detached by the core."""
+
+    total: torch.Tensor
+    parts: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class TrainingTask(ABC):
+    """One rank's view of a training run's data and model, built from the window's index on every rank.
+
+    Everything here must be a function of the index and the configuration (every rank builds the same
+    task without talking, and a resumed run rebuilds it)."""
+
+    data_state: Any = None
+    """JSON-able state the data defines for the model (a vocabulary): stored in checkpoints, and a resumed run
+    is refused when the window now gives another one."""
+
+    @abstractmethod
+    def build_model(self) -> torch.nn.Module:
+        """A freshly initialised model (the core seeds torch first, so every rank builds the same weights)."""
+
+    @abstractmethod
+    def batch(self, samples: np.ndarray) -> tuple[torch.Tensor, ...]:
+        """The tensors of these sample indices (of the window index), on the CPU. Called in a background thread
+        that builds the next batches while the model trains: read the lake and decode here."""
+
+    @abstractmethod
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...], *, train: bool) -> Loss:
+        """The loss of ``batch`` (already on the device). ``model`` is the DDP-wrapped model when training (call
+        it, not its inner module, or gradients are not synchronised) and the bare model for validation."""
+
+    def card(self) -> dict[str, Any]:
+        """Entries of the model card (``model.json``) beside the core's: what loading the weights needs."""
+        return {}
+
+    def stats(self) -> dict[str, Any]:
+        """Figures for the run's summary (shards decoded, bytes read …)."""
+        return {}
+
+
+class Workload(ABC):
+    """A model and its data, plugged into the five stages (subclass it; see ``aigc.workloads.image``)."""
+
+    name: ClassVar[str]
+    """How users choose it: the DAG Param and the CLI's ``--workload``, the config's ``workload.name``."""
+    description: ClassVar[str] = ""
+    index_columns: ClassVar[tuple[str, ...]] = ()
+    """Curated columns (besides ``id``) every rank reads into the training window's index; keep them small
+    (captions, lengths), not the payload: payload is read by ``TrainingTask.batch``, shard by shard."""
+    loss_parts: ClassVar[tuple[str, ...]] = ()
+    """Names of the ``Loss.parts`` logged per step in ``metrics.parquet``."""
+    loss_title: ClassVar[str] = "training loss"
+    """The loss chart's title: what the loss measures."""
+    stages: ClassVar[frozenset[str]] = frozenset({"train"})
+    """The stages whose hooks this workload provides (the built-in ``image`` workload: all five)."""
+
+    def config_overrides(self, preset: str) -> dict[str, dict[str, Any]]:
+        """Changes to the named preset when this workload is chosen (``PipelineConfig.override`` form): its own
+        model and dataset names, sizes that suit it. Applied before the user's own changes."""
+        return {}
+
+    @abstractmethod
+    def sample_costs(self, columns: dict[str, list]) -> np.ndarray:
+        """(N,) float64: the relative compute of each curated row (its ``index_columns``), which the core
+        balances across ranks step by step. Make it track real time: pixels, tokens, sequence length²."""
+
+    @abstractmethod
+    def training_task(self, lake: Lake, index: WindowIndex, cfg: PipelineConfig) -> TrainingTask:
+        """This rank's training task over the window ``index``."""
+
+    def require(self, stage: str) -> None:
+        """Refuse a stage this workload has no hooks for yet, by name, instead of running another model's code."""
+        if stage not in self.stages:
+            raise NotImplementedError(
+                f"workload {self.name!r} provides stage(s) {sorted(self.stages)}, not {stage!r}: the {stage} "
+                "stage still runs the image workload's code only (issue 18 moves it onto the workload interface)")
+
+    def __repr__(self) -> str:
+        return f"<workload {self.name!r}>"

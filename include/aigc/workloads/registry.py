@@ -1,0 +1,76 @@
+"""Finding a workload by name: built in, an installed package's entry point, or a ``module:attribute`` path.
+
+    image                              the built-in image workload (shapes captions → 32 px images)
+    my_pkg                             an entry point named my_pkg in the ``aigc.workloads`` group:
+                                         [project.entry-points."aigc.workloads"] my_pkg = "my_pkg.workload:WORKLOAD"
+    my_pkg.workload:WORKLOAD           a Workload instance (or subclass) importable from the Python path
+
+Torchrun workers and Airflow workers resolve the name again in their own process, so the package (or the
+module's folder on PYTHONPATH) must be importable wherever the stages run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from functools import cache
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
+
+from aigc.workloads.base import Workload
+
+if TYPE_CHECKING:
+    from aigc.config import PipelineConfig
+
+ENTRY_POINT_GROUP = "aigc.workloads"
+BUILT_IN = {"image": "aigc.workloads.image:IMAGE"}
+_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class UnknownWorkload(LookupError):
+    """A workload name that is not built in, not an entry point and not an importable path."""
+
+
+def available() -> dict[str, str]:
+    """Every workload findable by a plain name: the built-in ones and the installed entry points."""
+    found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return {**found, **BUILT_IN}
+
+
+@cache
+def load_workload(name: str) -> Workload:
+    """The workload called ``name`` (see the module's docstring); UnknownWorkload says what exists."""
+    if name in BUILT_IN:
+        return _resolve(name, BUILT_IN[name])
+    points = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    if points:
+        return _resolve(name, points[0].value)
+    if _PATH.match(name):
+        return _resolve(name, name)
+    raise UnknownWorkload(f"no workload {name!r}: the known ones are {sorted(available())} (built in, or entry "
+                          f"points of the {ENTRY_POINT_GROUP!r} group); a workload of your own is named by its "
+                          "entry point or as 'package.module:ATTRIBUTE'")
+
+
+def _resolve(name: str, target: str) -> Workload:
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UnknownWorkload(f"workload {name!r}: cannot import {module_name!r} ({e}); is its package installed, "
+                              "or its folder on PYTHONPATH where the stages run?") from e
+    try:
+        obj = getattr(module, attribute)
+    except AttributeError:
+        raise UnknownWorkload(f"workload {name!r}: module {module_name!r} has no attribute {attribute!r}") from None
+    if isinstance(obj, type) and issubclass(obj, Workload):
+        obj = obj()
+    if not isinstance(obj, Workload):
+        raise UnknownWorkload(f"workload {name!r}: {target} is a {type(obj).__name__}, not an aigc.workloads."
+                              "Workload (subclass it and implement its abstract methods)")
+    return obj
+
+
+def workload_of(cfg: PipelineConfig) -> Workload:
+    """The workload a configuration runs."""
+    return load_workload(cfg.workload.name)
