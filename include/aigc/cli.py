@@ -44,11 +44,11 @@ def _raw_lake(args: argparse.Namespace, cfg: PipelineConfig):
 
 
 def cmd_make_raw(args: argparse.Namespace) -> dict:
-    from aigc.prepare import make_raw_drop
+    from aigc.stages import PREPARE
 
     cfg = _config(args)
     raw = open_lake(args.out) if args.out else _raw_lake(args, cfg)
-    return {"command": "make-raw", **make_raw_drop(raw, args.date, cfg.raw)}
+    return {"command": "make-raw", **PREPARE.make_raw(raw, args.date, cfg)}
 
 
 def cmd_prepare(args: argparse.Namespace) -> dict:

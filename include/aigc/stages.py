@@ -51,11 +51,17 @@ def holding_date(lake: Lake, date: dt.date | str, owner: str, ttl: dt.timedelta)
         yield record
 
 
-def _require(cfg: PipelineConfig, stage: str) -> None:
-    """The configured workload provides ``stage`` (else NotImplementedError naming what it provides)."""
+def _workload(cfg: PipelineConfig, stage: str):
+    """The configured workload, which provides ``stage`` (else NotImplementedError naming what it provides)."""
     from aigc.workloads import workload_of
 
-    workload_of(cfg).require(stage)
+    workload = workload_of(cfg)
+    workload.require(stage)
+    return workload
+
+
+def _require(cfg: PipelineConfig, stage: str) -> None:
+    _workload(cfg, stage)
 
 
 class Stage(ABC):
@@ -86,14 +92,17 @@ class PrepareStage(Stage):
     def produce(self, raw: Lake, lake: Lake, date, cfg: PipelineConfig) -> dict:
         from aigc.prepare import prepare
 
-        _require(cfg, self.name)
-        return prepare(raw, lake, date, cfg.prepare)
+        return prepare(raw, lake, date, cfg.prepare, workload=_workload(cfg, self.name))
+
+    def make_raw(self, raw: Lake, date, cfg: PipelineConfig) -> dict:
+        """A synthetic raw drop of the workload's records for ``date`` (the demo's data)."""
+        return _workload(cfg, self.name).make_raw_drop(raw, date, cfg.raw)
 
     def gate(self, lake, cfg, produced):
         from aigc.quality.curated import validate_curated
 
         return validate_curated(lake, cfg.prepare.dataset, produced["date"], produced["run_id"], cfg.curated_gate,
-                                cfg.prepare)
+                                cfg.prepare, _workload(cfg, self.name))
 
     def publish(self, lake, cfg, produced):
         from aigc.prepare import publish_prepared

@@ -179,10 +179,10 @@ def prepare_tasks():
 
         @task
         def make_demo_drop() -> dict:
-            from aigc.prepare import make_raw_drop
+            from aigc.stages import PREPARE
 
             context, cfg, lake, date = run_config()
-            return make_raw_drop(_raw_lake(lake, cfg, context["params"]), date, cfg.raw)
+            return PREPARE.make_raw(_raw_lake(lake, cfg, context["params"]), date, cfg)
 
         @task.sensor(poke_interval=300, timeout=6 * 3600, mode="reschedule")
         def wait_for_drop():

@@ -1,12 +1,12 @@
 """A workload from outside include/aigc, installed as a user installs theirs (an entry point of the
-aigc.workloads group), trained by the pipeline's own stage 2: torchrun, gate 2, publication.
+aigc.workloads group), prepared by the pipeline's own stage 1 (its record rules, the core's dedup and
+quarantine, gate 1) and trained by its stage 2 (torchrun, gate 2), each published.
 
 The stages that have no workload hooks yet (issue 18 moves them one by one) refuse it by name."""
 
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import os
 import shutil
@@ -14,14 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from aigc.lake import LocalLake
 from aigc.lake.keys import join, partition, run_prefix
-from aigc.lake.publish import publish
+from aigc.lake.publish import resolve
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fixtures" / "external_workload"
 DATE = "2026-11-20"
@@ -40,20 +37,6 @@ def site(tmp_path_factory) -> Path:
     return target
 
 
-def publish_sums(lake: LocalLake, date: str, n: int, seed: int) -> None:
-    """A published curated partition of the workload's rows, as its stage 1 would leave it."""
-    numbers = np.random.default_rng(seed).normal(size=(n, 4)).astype(np.float32)
-    table = pa.table({"id": [f"{date}-{i:05d}" for i in range(n)], "numbers": numbers.tolist(),
-                      "total": (numbers @ np.array([1.0, -2.0, 0.5, 3.0], dtype=np.float32)).tolist()})
-    run_id = f"{date.replace('-', '')}T000000000000Z-sums{seed:02d}"
-    prefix = run_prefix(partition("curated", "sums", date), run_id)
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    lake.put_bytes(join(prefix, "part-00000.parquet"), buf.getvalue())
-    lake.put_json(join(prefix, "_manifest.json"), {"rows": n, "shards": [{"key": join(prefix, "part-00000.parquet")}]})
-    publish(lake, partition("curated", "sums", date), run_id, manifest="_manifest.json")
-
-
 def aigc(site: Path, *args: str) -> tuple[int, dict, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "aigc.cli", *args], capture_output=True, text=True, env=env,
@@ -61,20 +44,35 @@ def aigc(site: Path, *args: str) -> tuple[int, dict, str]:
     return done.returncode, json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
-def test_an_installed_workload_is_trained_gated_and_published_by_the_core(site, tmp_path):
+def test_an_installed_workload_is_prepared_trained_gated_and_published_by_the_core(site, tmp_path):
     lake = LocalLake(tmp_path / "lake")
-    for back, seed in ((1, 1), (0, 2)):  # two days of the training window
-        publish_sums(lake, (dt.date.fromisoformat(DATE) - dt.timedelta(days=back)).isoformat(), 400, seed)
+    days = [(dt.date.fromisoformat(DATE) - dt.timedelta(days=back)).isoformat() for back in (1, 0)]
+    for day in days:  # two days of the training window: the workload's synthetic drop, then stage 1 and gate 1
+        rc, out, err = aigc(site, "make-raw", "--workload", "tiny-sum", "--lake", lake.uri, "--date", day)
+        assert rc == 0 and out["records"] == 600, err[-3000:]  # the workload's preset: raw.n
+        rc, out, err = aigc(site, "prepare", "--workload", "tiny-sum", "--lake", lake.uri, "--date", day)
+        assert rc == 0 and out["published"], err[-3000:]
+        assert out["input"] == 600 == out["curated"] + out["quarantined"]
+        assert set(out["reasons"]) == {"numbers_invalid", "exact_duplicate"}  # its own check, the core's dedup
+        manifest = lake.get_json(join(run_prefix(partition("curated", "sums", day), out["run_id"]), "_manifest.json"))
+        assert manifest["workload"] == "tiny-sum" and "numbers: list<item: float>" in manifest["schema"]
+        quarantine = lake.read_parquet([s["key"] for s in manifest["quarantine"]["shards"]]).to_pandas()
+        assert len(quarantine) == out["quarantined"] and quarantine["id"].notna().all()  # kept, with the reason
+        assert (quarantine["detail"].str.contains("numbers must be a list of 4 finite numbers")
+                | quarantine["detail"].str.startswith("same content as")).all()
+    curated = sum(lake.get_json(join(resolve(lake, partition("curated", "sums", d))["run_prefix"],
+                                     "_manifest.json"))["rows"] for d in days)
+
     rc, out, err = aigc(site, "train", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE,
                         "--nproc", "2", "--threads", "1")
     assert rc == 0, err[-3000:]
     assert out["workload"] == "tiny-sum" and out["model"] == "tiny-sum-mlp" and out["world_size"] == 2
-    assert out["published"] and out["samples"] == 800 and out["steps"] == 120  # the workload's preset changes
+    assert out["published"] and out["samples"] == curated and out["steps"] == 120  # the workload's preset changes
     assert out["final_val_loss"] < 0.2 * out["initial_val_loss"]  # it learned the rule, by gate 2's reading
     prefix = run_prefix(partition("training", "tiny-sum-mlp", DATE), out["run_id"])
     card = lake.get_json(join(prefix, "model.json"))
     assert card["workload"] == "tiny-sum" and card["model"] == {"inputs": 4, "hidden": 16}
-    assert [p["date"] for p in card["lineage"]["curated"]] == ["2026-11-19", DATE]
+    assert [p["date"] for p in card["lineage"]["curated"]] == days
     metrics = lake.read_parquet([join(prefix, "metrics.parquet")]).to_pandas()
     assert list(metrics.columns[:4]) == ["step", "epoch", "loss", "mae"]  # the workload's loss part, logged
     assert metrics["mae"].iloc[-1] < metrics["mae"].iloc[1]
@@ -82,7 +80,7 @@ def test_an_installed_workload_is_trained_gated_and_published_by_the_core(site, 
 
 def test_a_stage_the_workload_has_no_hooks_for_refuses_it_by_name(site, tmp_path):
     rc, out, err = aigc(site, "deploy", "--workload", "tiny-sum", "--lake", str(tmp_path / "lake"), "--date", DATE)
-    assert rc == 1 and "workload 'tiny-sum' provides stage(s) ['train'], not 'deploy'" in out["error"]
+    assert rc == 1 and "workload 'tiny-sum' provides stage(s) ['prepare', 'train'], not 'deploy'" in out["error"]
 
 
 def test_a_workload_by_module_path_and_an_unknown_one(site, tmp_path):

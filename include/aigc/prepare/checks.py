@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import math
 import re
 import threading
@@ -28,6 +27,7 @@ from aigc.config import PrepareConfig
 from aigc.lake.keys import LakeKeyError, validate_key
 from aigc.prepare import minhash
 from aigc.prepare.drop import RECORD_FIELDS
+from aigc.prepare.records import Rejected, parse_record
 
 REASONS = (
     "invalid_utf8", "malformed_json", "missing_field", "image_key_invalid", "duplicate_id", "caption_empty",
@@ -43,39 +43,11 @@ THUMB_SIDE = 8  # the RGB thumbnail near-duplicate detection compares
 _MASK_MARGIN = 48  # grey levels from the background that make a thumbnail cell part of the subject
 
 
-@dataclass(frozen=True)
-class Rejected:
-    reason: str
-    detail: str
-    record: dict | None = None
-    """The parsed record when the line was one (its id goes to quarantine), None when it was not."""
-
-    def __post_init__(self) -> None:
-        assert self.reason in REASONS, self.reason
-
-
 def parse_line(data: bytes) -> dict | Rejected:
     """Bytes of one JSONL line → the record, or why not."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return Rejected("invalid_utf8", f"byte {data[e.start:e.start + 1]!r} at offset {e.start} is not UTF-8")
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as e:
-        return Rejected("malformed_json", f"{e.msg} at column {e.colno}")
-    if not isinstance(record, dict):
-        return Rejected("malformed_json", f"a line must hold a JSON object, got {type(record).__name__}")
-    missing = [f for f in RECORD_FIELDS if not isinstance(record.get(f), str)]
-    # An empty caption is a caption problem, reported as such below, not a missing field.
-    missing = [f for f in missing if not (f == "caption" and record.get(f) == "")]
-    if missing:
-        return Rejected("missing_field", f"field(s) {missing} missing or not strings")
-    for name in RECORD_FIELDS:
-        try:
-            record[name].encode("utf-8")
-        except UnicodeEncodeError as e:  # JSON's "\ud800" escapes decode to unencodable lone surrogates
-            return Rejected("invalid_utf8", f"field {name!r} holds a lone surrogate at index {e.start}")
+    record = parse_record(data, RECORD_FIELDS)
+    if isinstance(record, Rejected):
+        return Rejected(record.reason, record.detail)  # no id for these: the line is not a record of ours
     try:
         validate_key(record["image"])  # a record must not point outside its drop
     except LakeKeyError as e:

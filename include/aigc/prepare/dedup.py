@@ -16,9 +16,9 @@ import numpy as np
 
 from aigc.prepare.checks import THUMB_SIDE, Rejected
 from aigc.prepare.minhash import BandedLSH
+from aigc.prepare.records import ExactDedup
 
-DEDUP_KEYS = ("id", "content_hash", "_thumb", "_bands")
-"""What the dedup indexes read from a row: all the parent needs of a row before keeping it."""
+_SAME = "image bytes and caption"  # what an exact duplicate shares
 _THUMB_BYTES = THUMB_SIDE * THUMB_SIDE * 3
 _HALF = THUMB_SIDE // 2
 # (192,) thumbnail bytes @ (192, 12) → per quadrant and channel, the sum of its 16 cells
@@ -43,40 +43,13 @@ class Deduplicator:
         near = self.near.screen(rows)
         verdicts: list[Rejected | None] = []
         for j, row in enumerate(rows):
-            verdict = self.exact.check_id(row["id"]) or self.exact.check(row) or near.check(j)
+            verdict = self.exact.check_id(row["id"]) or self.exact.check(row, _SAME) or near.check(j)
             if verdict is None:
                 self.exact.add(row)
                 near.keep(j)
             verdicts.append(verdict)
         self.near.add_screened(near)
         return verdicts
-
-
-class ExactDedup:
-    """Unique ids and unique content (image bytes + normalised caption)."""
-
-    def __init__(self) -> None:
-        self._ids: set[str] = set()
-        self._content: dict[bytes, str] = {}
-
-    def check_id(self, rec_id: str) -> Rejected | None:
-        if rec_id in self._ids:
-            return Rejected("duplicate_id", f"id {rec_id!r} appeared earlier in the drop")
-        return None
-
-    def check(self, row: dict) -> Rejected | None:
-        first = self._content.get(_content_key(row))
-        if first is not None:
-            return Rejected("exact_duplicate", f"same image bytes and caption as {first!r}")
-        return None
-
-    def add(self, row: dict) -> None:
-        self._ids.add(row["id"])
-        self._content[_content_key(row)] = row["id"]
-
-
-def _content_key(row: dict) -> bytes:
-    return bytes.fromhex(row["content_hash"][:32])  # 16 bytes of SHA-256: collisions are not a concern
 
 
 class NearDedup:

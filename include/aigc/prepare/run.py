@@ -1,10 +1,10 @@
 """``aigc prepare``: a raw drop → curated Parquet shards + quarantine, in a run's staging folder.
 
-Streaming in bounded windows: the main process parses lines and fetches image bytes (threads,
-for S3 latency), worker processes decode and check images, and the main process deduplicates
-in drop order and writes. At most ``window`` records are in flight, whatever the drop size.
-Nothing is published here: the gate audits the run folder, then ``publish_prepared`` points
-the partition at it.
+Streaming in bounded windows: the main process reads lines, worker processes apply the workload's
+record rules (parse, fetch attachments such as images with threads for S3 latency, decode, check,
+sign), and the main process deduplicates in drop order and writes. At most ``window`` records are
+in flight, whatever the drop size. Nothing is published here: the gate audits the run folder, then
+``publish_prepared`` points the partition at it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import json
 import logging
+import math
 import os
 import time
 from collections import Counter, deque
@@ -24,13 +26,13 @@ from aigc.config import PrepareConfig
 from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
-from aigc.prepare.checks import Rejected
-from aigc.prepare.dedup import Deduplicator
 from aigc.prepare.drop import SUCCESS, EmptyDrop, RawLine, drop_prefix, iter_lines, record_files
-from aigc.prepare.shards import CURATED_SCHEMA, QUARANTINE_SCHEMA, RollingParquetWriter
-from aigc.prepare.worker import Examined, examine_lines, init_worker
+from aigc.prepare.records import Examined, Rejected
+from aigc.prepare.shards import QUARANTINE_SCHEMA, RollingParquetWriter
+from aigc.prepare.worker import examine_lines, init_worker
 from aigc.procs import worker_processes_allowed
 from aigc.progress import progress
+from aigc.workloads import Workload, load_workload
 
 log = logging.getLogger(__name__)
 MANIFEST = "_manifest.json"
@@ -41,8 +43,12 @@ class ReconciliationError(RuntimeError):
     """Input records ≠ curated + quarantined: a record was lost or counted twice."""
 
 
-def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_id: str | None = None) -> dict:
-    """Prepare the drop of ``date`` from ``raw`` into ``lake``; returns the JSON summary."""
+def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_id: str | None = None,
+            workload: Workload | None = None) -> dict:
+    """Prepare the drop of ``date`` from ``raw`` into ``lake`` by ``workload``'s record rules (default: the image
+    workload's); returns the JSON summary."""
+    workload = workload or load_workload("image")
+    rules = workload.records()
     date = parse_date(date)
     run_id = run_id or new_run_id()
     started = time.perf_counter()
@@ -53,19 +59,20 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
 
     sizes = {"target_bytes": cfg.shard_target_bytes, "row_group_rows": cfg.row_group_rows,
              "row_group_bytes": cfg.row_group_bytes}
-    curated = RollingParquetWriter(lake, curated_run, CURATED_SCHEMA, **sizes)
+    curated = RollingParquetWriter(lake, curated_run, rules.curated_schema, **sizes)
     quarantine = RollingParquetWriter(lake, quarantine_run, QUARANTINE_SCHEMA, **sizes)
-    dedup = Deduplicator(cfg.near_dup_threshold, cfg.near_dup_num_perm, cfg.near_dup_image_distance)
+    dedup = rules.deduplicator(cfg)
     reasons: Counter[str] = Counter()
     n_input = n_curated = 0
-    caption_chars: list[int] = [10**9, 0, 0]  # min, max, sum
+    stats = {c: [math.inf, -math.inf, 0] for c in rules.stats_columns}  # min, max, sum
 
-    def reject(line: RawLine, why: Rejected, record: dict | None, image: bytes | None) -> None:
+    def reject(line: RawLine, why: Rejected, record: dict | None, attachment: bytes | None) -> None:
         reasons[why.reason] += 1
+        key = record.get(rules.attachment_field) if record and rules.attachment_field else None
         quarantine.write({
-            "id": record.get("id") if record else None, "reason": why.reason, "detail": why.detail,
+            "id": _text(record.get("id")) if record else None, "reason": why.reason, "detail": why.detail,
             "raw_file": line.file, "raw_line": line.line_no, "raw": line.data,
-            "image_key": record.get("image") if record else None, "image": image,
+            "image_key": _text(key), "image": attachment,
         })
 
     def keep_batch(lines_: list[RawLine], examined: Examined) -> None:
@@ -92,9 +99,9 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
             rows = {name: [column[i] for i in kept] for name, column in rows.items()}
         curated.write_columns(rows)
         n_curated += len(kept)
-        chars = rows["caption_chars"]
-        caption_chars[:] = [min(caption_chars[0], min(chars)), max(caption_chars[1], max(chars)),
-                            caption_chars[2] + sum(chars)]
+        for column, (lo, hi, total) in stats.items():
+            values = rows[column]
+            stats[column] = [min(lo, min(values)), max(hi, max(values)), total + sum(values)]
 
     workers = cfg.workers or os.cpu_count() or 1
     drop = raw.sub(drop_prefix(date))
@@ -105,7 +112,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         lines_, future = in_flight.popleft()
         keep_batch(lines_, future.result())
 
-    with _executor(workers, drop, cfg) as pool:
+    with _executor(workers, drop, cfg, workload.name, type(rules).__module__) as pool:
         batch: list[RawLine] = []
         for line in progress(lines, desc=f"prepare {date}", total=expected, unit="rec"):
             n_input += 1
@@ -136,9 +143,9 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         "input_records": n_input, "rows": n_curated, "quarantined": dict(sorted(reasons.items())),
         "bytes": sum(s["bytes"] for s in curated_shards), "shards": curated_shards,
         "quarantine": {"prefix": quarantine_run, "shards": quarantine_shards},
-        "schema": CURATED_SCHEMA.to_string(show_schema_metadata=False),
-        "stats": {"caption_chars": {"min": caption_chars[0] if n_curated else None, "max": caption_chars[1],
-                                    "mean": caption_chars[2] / n_curated if n_curated else None}},
+        "workload": workload.name, "schema": rules.curated_schema.to_string(show_schema_metadata=False),
+        "stats": {c: {"min": lo if n_curated else None, "max": hi if n_curated else None,
+                      "mean": total / n_curated if n_curated else None} for c, (lo, hi, total) in stats.items()},
         "config": dataclasses.asdict(cfg), "seconds": round(seconds, 3),
     }
     lake.put_json(join(curated_run, MANIFEST), manifest)
@@ -178,16 +185,22 @@ class _InlineExecutor(Executor):
         return future
 
 
+def _text(value) -> str | None:
+    """A record's id or key for the quarantine's string columns (a malformed record may hold anything there)."""
+    return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
+
+
 @contextlib.contextmanager
-def _executor(workers: int, drop: Lake, cfg: PrepareConfig) -> Iterator[Executor]:
+def _executor(workers: int, drop: Lake, cfg: PrepareConfig, workload: str, rules_module: str) -> Iterator[Executor]:
     if workers <= 1:
-        init_worker(drop, cfg)
+        init_worker(drop, cfg, workload)
         yield _InlineExecutor()
         return
     # forkserver: safe beside threads and any CUDA state in the parent (fork is not). Preloading
-    # the worker module there means each worker forks with PIL and numpy already imported.
+    # the worker and the rules' modules there means each worker forks with them (PIL, numpy) already imported.
     context = get_context("forkserver")
-    context.set_forkserver_preload(["aigc.prepare.worker"])
+    context.set_forkserver_preload(["aigc.prepare.worker", rules_module])
     with worker_processes_allowed(), ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                                         initializer=init_worker, initargs=(drop, cfg)) as pool:
+                                                         initializer=init_worker,
+                                                         initargs=(drop, cfg, workload)) as pool:
         yield pool  # workers start lazily, on submits: allowed for the pool's whole life

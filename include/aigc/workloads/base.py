@@ -7,11 +7,11 @@ workload owns what does: how a curated row costs compute, how rows become tensor
 loss. A workload is chosen by name (``aigc.workloads.registry``): ``image`` is built in, a user's comes
 from an entry point of the ``aigc.workloads`` group or a ``module:attribute`` path.
 
-Stage 2 (training) runs every workload through this interface today; the other stages' hooks (record
-rules for stage 1, variant exporters for stage 3, the generator and its per-item cost for stage 4, the
-scorers and their checker for stage 5) are being moved onto it stage by stage (issue 18): until a stage
-has its hook, it runs the image workload's code and refuses any other workload by name
-(``Workload.require``).
+Stages 1 (``records``: record rules, the synthetic drop) and 2 (``training_task``) run every workload
+through this interface today; the other stages' hooks (variant exporters for stage 3, the generator and
+its per-item cost for stage 4, the scorers and their checker for stage 5) are being moved onto it stage
+by stage (issue 18): until a stage has its hook, it runs the image workload's code and refuses any other
+workload by name (``Workload.require``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
+    import pyarrow as pa
     import torch
 
-    from aigc.config import PipelineConfig
+    from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig
     from aigc.lake import Lake
+    from aigc.prepare.records import Examined
     from aigc.train.data import WindowIndex
 
 
@@ -71,6 +75,46 @@ class TrainingTask(ABC):
         return {}
 
 
+class RecordRules(ABC):
+    """Stage 1's rules for a workload's raw records (``aigc.prepare.records.PerRecordRules`` is the short way to
+    write them). ``examine_lines`` runs in worker processes; ``deduplicator`` in the one parent, in drop order."""
+
+    record_fields: tuple[str, ...] = ("id", "source", "created_at")
+    """String fields every raw record must have (else it is quarantined as ``missing_field``)."""
+    attachment_field: str | None = None
+    """A record field naming an object in the drop (an image): fetched for ``examine`` and quarantined with a
+    rejected record."""
+    reasons: tuple[str, ...] = ()
+    """The quarantine reasons the workload's own checks give (besides ``records.CORE_REASONS``)."""
+    payload_columns: tuple[str, ...] = ()
+    """Heavy curated columns (image bytes, long texts) that gate 1 does not load."""
+    stats_columns: tuple[str, ...] = ()
+    """Numeric curated columns summarised (min, max, mean) in the partition's manifest."""
+    dedup_keys: tuple[str, ...] = ("id", "content_hash")
+    """What the deduplicator reads of a row: all the parent receives of a row before keeping it."""
+
+    @property
+    @abstractmethod
+    def curated_schema(self) -> pa.Schema:
+        """The curated shards' Arrow schema. It has ``id``, ``content_hash``, ``source`` and ``created_at``."""
+
+    @abstractmethod
+    def examine_lines(self, lines: list, fetch_all: Callable[[list[str]], list[bytes | None]],
+                      cfg: PrepareConfig) -> Examined:
+        """A batch of raw lines (``aigc.prepare.drop.RawLine``) → per line a curated candidate or a rejection
+        (``aigc.prepare.records.Examined``). ``fetch_all`` reads objects of the drop by key, concurrently."""
+
+    @abstractmethod
+    def deduplicator(self, cfg: PrepareConfig) -> Any:
+        """An object whose ``check_batch(rows)`` says, per candidate (its ``dedup_keys``) in drop order, why it
+        duplicates an earlier one (a ``Rejected``) or None when it is kept."""
+
+    def expectations(self, cfg: PrepareConfig) -> list:
+        """Gate 1's expectations (Great Expectations) on the curated rows (all but ``payload_columns``) beyond the
+        core's (row count, unique ids and content, reconciliation, quarantine ratios)."""
+        return []
+
+
 class Workload(ABC):
     """A model and its data, plugged into the five stages (subclass it; see ``aigc.workloads.image``)."""
 
@@ -91,6 +135,16 @@ class Workload(ABC):
         """Changes to the named preset when this workload is chosen (``PipelineConfig.override`` form): its own
         model and dataset names, sizes that suit it. Applied before the user's own changes."""
         return {}
+
+    def records(self) -> RecordRules:
+        """Stage 1: how raw records become curated rows (``stages`` must include ``prepare``)."""
+        raise NotImplementedError(f"workload {self.name!r} has no record rules")
+
+    def make_raw_drop(self, raw: Lake, date: str, cfg: RawDropConfig) -> dict:
+        """A synthetic raw drop for ``date`` (the demo's data, and the form's "Generate a synthetic raw drop"):
+        records and their attachments, then ``_SUCCESS``. Returns a summary (records, uri)."""
+        raise NotImplementedError(f"workload {self.name!r} cannot write a synthetic drop: drop real data under "
+                                  "the raw URI (see the README's raw-drop format)")
 
     @abstractmethod
     def sample_costs(self, columns: dict[str, list]) -> np.ndarray:

@@ -1,5 +1,4 @@
-"""The built-in image workload: caption → image, a conditional VAE (``aigc.models.cvae``) over the curated
-shapes drop (``aigc.prepare``), judged by the pixel checker (``aigc.evaluate``)."""
+"""The image workload's stage 2: images decoded shard by shard, captions as word ids, the conditional VAE."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from aigc.workloads.base import Loss, TrainingTask, Workload
+from aigc.workloads.base import Loss, TrainingTask
 
 if TYPE_CHECKING:
     import torch
@@ -110,26 +109,3 @@ class ImageTrainingTask(TrainingTask):
 
     def stats(self):
         return {"decoded_shards": self.store.decoded_shards}
-
-
-class ImageWorkload(Workload):
-    name = "image"
-    description = "shapes captions → images: a conditional VAE, judged by a pixel checker"
-    index_columns = ("caption", "width", "height")
-    loss_parts = ("recon", "kl")
-    loss_title = "training: negative ELBO per pixel"
-    stages = frozenset({"prepare", "train", "deploy", "generate", "evaluate"})
-
-    def sample_costs(self, columns):
-        from aigc.models.tokenizer import words
-        from aigc.train.balance import sample_cost
-
-        pixels = np.asarray(columns["width"], dtype=np.int64) * np.asarray(columns["height"], dtype=np.int64)
-        tokens = np.array([len(words(c)) for c in columns["caption"]], dtype=np.int64)
-        return sample_cost(pixels, tokens)
-
-    def training_task(self, lake, index, cfg):
-        return ImageTrainingTask(lake, index, cfg)
-
-
-IMAGE = ImageWorkload()

@@ -1,0 +1,207 @@
+"""What stage 1 does with any workload's records: parse a JSONL line, reject with a reason, deduplicate.
+
+A workload's ``RecordRules`` (``aigc.workloads.base``) decides what a clean record is; the core parses
+lines, quarantines every rejection with its reason, and drops duplicates in drop order (the first
+record wins). ``PerRecordRules`` is the short way to write rules: one method that turns a parsed
+record into a curated row, and the core does the rest, including near-duplicate detection by MinHash
+over the tokens the workload names (the configured similarity applied to every candidate pair).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from abc import abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from aigc.config import PrepareConfig
+from aigc.prepare import minhash
+from aigc.workloads.base import RecordRules
+
+CORE_REASONS = ("invalid_utf8", "malformed_json", "missing_field", "duplicate_id", "exact_duplicate",
+                "near_duplicate")
+"""Quarantine reasons the core gives whatever the workload; a workload's own come from its checks."""
+_REASON = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: str
+    """A machine-readable slug (``caption_too_long``): the quarantine's and gate 1's key."""
+    detail: str
+    """For a human: the value and the limit it broke, and how to change the limit."""
+    record: dict | None = None
+    """The parsed record when the line was one (its id goes to quarantine), None when it was not."""
+
+    def __post_init__(self) -> None:
+        if not _REASON.match(self.reason):
+            raise ValueError(f"a rejection reason is a lowercase slug like 'text_too_long', got {self.reason!r}")
+
+
+@dataclass
+class Examined:
+    """A batch of lines after the per-record checks, before dedup."""
+
+    outcomes: list[tuple[dict | None, bytes | None, dict | Rejected]]
+    """Per line: (the parsed record, the attachment bytes worth quarantining, the verdict). A verdict that is
+    not a rejection holds only the dedup keys (``RecordRules.dedup_keys``) of its row."""
+    columns: dict[str, list]
+    """The curated candidates, by column of the curated schema: one row per non-rejected verdict, in order.
+    Plain lists, not Arrow arrays: building those here would import pandas into every decoding process."""
+
+
+def parse_record(data: bytes, fields: tuple[str, ...]) -> dict | Rejected:
+    """Bytes of one JSONL line → the record (a JSON object whose ``fields`` are strings), or why not."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return Rejected("invalid_utf8", f"byte {data[e.start:e.start + 1]!r} at offset {e.start} is not UTF-8")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        return Rejected("malformed_json", f"{e.msg} at column {e.colno}")
+    if not isinstance(record, dict):
+        return Rejected("malformed_json", f"a line must hold a JSON object, got {type(record).__name__}")
+    missing = [f for f in fields if not isinstance(record.get(f), str)]
+    if missing:
+        return Rejected("missing_field", f"field(s) {missing} missing or not strings", record)
+    for name in fields:
+        try:
+            record[name].encode("utf-8")
+        except UnicodeEncodeError as e:  # JSON's "\ud800" escapes decode to unencodable lone surrogates
+            return Rejected("invalid_utf8", f"field {name!r} holds a lone surrogate at index {e.start}", record)
+    return record
+
+
+class ExactDedup:
+    """Unique ids and unique content (the row's ``content_hash``)."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+        self._content: dict[bytes, str] = {}
+
+    def check_id(self, rec_id: str) -> Rejected | None:
+        if rec_id in self._ids:
+            return Rejected("duplicate_id", f"id {rec_id!r} appeared earlier in the drop")
+        return None
+
+    def check(self, row: dict, what: str = "content") -> Rejected | None:
+        first = self._content.get(_content_key(row))
+        if first is not None:
+            return Rejected("exact_duplicate", f"same {what} as {first!r}")
+        return None
+
+    def add(self, row: dict) -> None:
+        self._ids.add(row["id"])
+        self._content[_content_key(row)] = row["id"]
+
+
+def _content_key(row: dict) -> bytes:
+    return bytes.fromhex(row["content_hash"][:32])  # 16 bytes of SHA-256: collisions are not a concern
+
+
+class SignatureDedup:
+    """Ids, exact content, then near-duplicates: LSH over MinHash signatures proposes candidates, and a candidate
+    is a near-duplicate only when its signatures agree on at least ``threshold`` of their positions (an unbiased
+    estimate of the tokens' Jaccard similarity), so the configured similarity is what decides."""
+
+    def __init__(self, threshold: float, num_perm: int, what: str = "content") -> None:
+        self.exact, self.threshold, self.num_perm, self.what = ExactDedup(), threshold, num_perm, what
+        self._lsh = minhash.BandedLSH(threshold, num_perm)
+        self._sigs = np.empty((1024, num_perm), dtype=np.uint32)
+        self._ids: list[str] = []
+
+    def check_batch(self, rows: list[dict]) -> list[Rejected | None]:
+        verdicts: list[Rejected | None] = []
+        for row in rows:
+            verdict = self.exact.check_id(row["id"]) or self.exact.check(row, self.what) or self._near(row)
+            if verdict is None:
+                self.exact.add(row)
+                self._add(row)
+            verdicts.append(verdict)
+        return verdicts
+
+    def _near(self, row: dict) -> Rejected | None:
+        if row.get("_sig") is None:
+            return None
+        sig = np.frombuffer(row["_sig"], dtype=np.uint32)
+        candidates = np.unique(self._lsh.query(_bands(row)))
+        if not len(candidates):
+            return None
+        agreement = (self._sigs[candidates] == sig).mean(axis=1)
+        best = int(np.argmax(agreement))
+        if agreement[best] < self.threshold:
+            return None
+        return Rejected("near_duplicate", f"near-duplicate of {self._ids[candidates[best]]!r} (estimated Jaccard "
+                                          f"similarity {agreement[best]:.2f} ≥ near_dup_threshold={self.threshold})")
+
+    def _add(self, row: dict) -> None:
+        if row.get("_sig") is None:
+            return
+        n = len(self._ids)
+        if n == len(self._sigs):
+            self._sigs = np.concatenate([self._sigs, np.empty_like(self._sigs)])
+        self._sigs[n] = np.frombuffer(row["_sig"], dtype=np.uint32)
+        self._ids.append(row["id"])
+        self._lsh.insert(_bands(row), n)
+
+
+def _bands(row: dict) -> list[int]:
+    return np.frombuffer(row["_bands"], dtype=np.uint64).tolist()
+
+
+class PerRecordRules(RecordRules):
+    """Rules written one record at a time: implement ``examine`` (and ``near_tokens`` for near-duplicates).
+
+    The core parses each line (``record_fields`` must be strings), fetches the record's attachment when
+    ``attachment_field`` names one, calls ``examine``, hashes ``content`` for exact duplicates, and signs
+    ``near_tokens`` for near ones."""
+
+    dedup_keys = ("id", "content_hash", "_sig", "_bands")
+
+    @abstractmethod
+    def examine(self, record: dict, attachment: bytes | None, cfg: PrepareConfig) -> dict | Rejected:
+        """A parsed record (and its attachment's bytes) → a curated row (every column of ``curated_schema`` but
+        ``content_hash``), or a ``Rejected`` naming the value and the limit."""
+
+    def content(self, row: dict) -> bytes:
+        """The bytes two rows share exactly when they are the same content (hashed for exact dedup)."""
+        return json.dumps([row[c] for c in self.curated_schema.names if c not in ("id", "content_hash", "source",
+                                                                                     "created_at")],
+                          sort_keys=True, default=str).encode()
+
+    def near_tokens(self, row: dict) -> set[str] | None:
+        """Tokens whose Jaccard similarity makes two rows near duplicates (word shingles); None: no near dedup."""
+        return None
+
+    def examine_lines(self, lines, fetch_all: Callable[[list[str]], list[bytes | None]], cfg) -> Examined:
+        parsed = [parse_record(line.data, self.record_fields) for line in lines]
+        keys = [p[self.attachment_field] for p in parsed if self.attachment_field and isinstance(p, dict)]
+        attachments = iter(fetch_all(keys) if keys else [])
+        outcomes, rows = [], []
+        for p in parsed:
+            if isinstance(p, Rejected):
+                outcomes.append((p.record, None, p))
+                continue
+            attachment = next(attachments) if self.attachment_field else None
+            row = self.examine(p, attachment, cfg)
+            if isinstance(row, Rejected):
+                outcomes.append((p, attachment, Rejected(row.reason, row.detail, p)))
+                continue
+            row["content_hash"] = hashlib.sha256(self.content(row)).hexdigest()
+            tokens = self.near_tokens(row)
+            keys_of = {"id": row["id"], "content_hash": row["content_hash"], "_sig": None, "_bands": None}
+            if tokens:
+                sig = minhash.signature(tokens, cfg.near_dup_num_perm)
+                keys_of["_sig"] = sig.tobytes()
+                keys_of["_bands"] = minhash.band_keys(sig, cfg.near_dup_threshold, cfg.near_dup_num_perm).tobytes()
+            rows.append(row)
+            outcomes.append((p, None, keys_of))
+        return Examined(outcomes, {name: [row[name] for row in rows] for name in self.curated_schema.names})
+
+    def deduplicator(self, cfg):
+        return SignatureDedup(cfg.near_dup_threshold, cfg.near_dup_num_perm)

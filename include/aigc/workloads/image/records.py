@@ -1,0 +1,57 @@
+"""The image workload's stage 1: caption and image checks (``aigc.prepare.checks``), decoded and signed in the
+decoding processes, and near-duplicates confirmed on thumbnails in the parent (``aigc.prepare.dedup``)."""
+
+from __future__ import annotations
+
+from aigc.prepare.checks import REASONS, examine_all, parse_line
+from aigc.prepare.dedup import Deduplicator
+from aigc.prepare.records import Examined, Rejected
+from aigc.prepare.shards import CURATED_SCHEMA
+from aigc.workloads.base import RecordRules
+
+
+class ImageRecordRules(RecordRules):
+    record_fields = ("id", "caption", "image", "source", "created_at")
+    attachment_field = "image"
+    payload_columns = ("image",)
+    stats_columns = ("caption_chars",)
+    dedup_keys = ("id", "content_hash", "_thumb", "_bands")
+
+    reasons = REASONS
+    curated_schema = CURATED_SCHEMA
+
+    def examine_lines(self, lines, fetch_all, cfg):
+        parsed = [parse_line(line.data) for line in lines]
+        records = [p for p in parsed if not isinstance(p, Rejected)]
+        images = fetch_all([r["image"] for r in records])  # in the order of `records`
+        checked = iter(zip(images, examine_all(list(zip(records, images, strict=True)), cfg), strict=True))
+        outcomes, rows = [], []
+        for p in parsed:
+            if isinstance(p, Rejected):
+                outcomes.append((p.record, None, p))
+                continue
+            image, verdict = next(checked)
+            if isinstance(verdict, Rejected):
+                worth_keeping = image is not None and len(image) <= cfg.max_image_bytes
+                outcomes.append((p, image if worth_keeping else None, verdict))
+            else:  # a curated row carries its (normalised) image, so the raw bytes are not sent back twice
+                rows.append(verdict)
+                outcomes.append((p, None, {key: verdict[key] for key in self.dedup_keys}))
+        return Examined(outcomes, {name: [row[name] for row in rows] for name in self.curated_schema.names})
+
+    def deduplicator(self, cfg):
+        return Deduplicator(cfg.near_dup_threshold, cfg.near_dup_num_perm, cfg.near_dup_image_distance)
+
+    def expectations(self, cfg):
+        import great_expectations.expectations as gxe
+
+        res = cfg.resolution
+        return [
+            *[gxe.ExpectColumnValuesToNotBeNull(column=c) for c in ("caption", "image_sha256")],
+            gxe.ExpectColumnValueLengthsToBeBetween(column="caption", min_value=cfg.min_caption_chars,
+                                                    max_value=cfg.max_caption_chars),
+            gxe.ExpectColumnValuesToBeBetween(column="width", min_value=res, max_value=res),
+            gxe.ExpectColumnValuesToBeBetween(column="height", min_value=res, max_value=res),
+            gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=["RGB"]),
+            gxe.ExpectColumnValueLengthsToEqual(column="image_sha256", value=64),
+        ]
