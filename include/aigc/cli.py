@@ -321,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
         ModelConfig,
         PrepareConfig,
         RawDropConfig,
+        TextConfig,
         TrainConfig,
         TrainingGateThresholds,
     )
@@ -342,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="raw root URI (default <lake>/raw/<source>)")
     p.add_argument("--raw", default=None, help=argparse.SUPPRESS)
     _add_config_flags(p, "raw", RawDropConfig)
+    _add_config_flags(p, "text", TextConfig, only=("mean_items", "max_items"))
 
     for name, fn, help_ in (
         ("prepare", cmd_prepare, "prepare a raw drop: clean, dedup, filter, shard; then gate 1 and publish"),
@@ -356,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--run-id", required=True, help="the run id printed by `aigc prepare`")
         _add_config_flags(p, "prepare", PrepareConfig)
         _add_config_flags(p, "curated_gate", CuratedGateThresholds)
+        _add_config_flags(p, "text", TextConfig, only=("min_chars", "max_chars", "min_clean_fraction", "shingle_words"))
         if name == "prepare":
             p.add_argument("--source", dest="raw__source", default=None, help="raw source name (default shapes)")
     p = command("train", cmd_train, "train the generator under torchrun on the curated window; then gate 2 and publish")
@@ -365,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-json", default=None, help=argparse.SUPPRESS)
     for section, cls in (("model", ModelConfig), ("train", TrainConfig), ("train_gate", TrainingGateThresholds)):
         _add_config_flags(p, section, cls)
+    _add_config_flags(p, "text", TextConfig, only=("vocab_size", "layers", "width", "heads", "context"))
     _add_config_flags(p, "prepare", PrepareConfig, only=("dataset",))
 
     p = command("deploy", cmd_deploy, "register the date's trained model, build its variants, run gate 3")

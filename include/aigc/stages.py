@@ -92,17 +92,18 @@ class PrepareStage(Stage):
     def produce(self, raw: Lake, lake: Lake, date, cfg: PipelineConfig) -> dict:
         from aigc.prepare import prepare
 
-        return prepare(raw, lake, date, cfg.prepare, workload=_workload(cfg, self.name))
+        workload = _workload(cfg, self.name)
+        return prepare(raw, lake, date, cfg.prepare, rules=workload.records(cfg), workload=workload.name)
 
     def make_raw(self, raw: Lake, date, cfg: PipelineConfig) -> dict:
         """A synthetic raw drop of the workload's records for ``date`` (the demo's data)."""
-        return _workload(cfg, self.name).make_raw_drop(raw, date, cfg.raw)
+        return _workload(cfg, self.name).make_raw_drop(raw, date, cfg)
 
     def gate(self, lake, cfg, produced):
         from aigc.quality.curated import validate_curated
 
         return validate_curated(lake, cfg.prepare.dataset, produced["date"], produced["run_id"], cfg.curated_gate,
-                                cfg.prepare, _workload(cfg, self.name))
+                                cfg.prepare, _workload(cfg, self.name).records(cfg))
 
     def publish(self, lake, cfg, produced):
         from aigc.prepare import publish_prepared

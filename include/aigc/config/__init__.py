@@ -23,6 +23,7 @@ from aigc.config.serving import (
     GenerateConfig,
     GenerateGateThresholds,
 )
+from aigc.config.text import TextConfig
 from aigc.config.training import GRAD_COMPRESSIONS, PRECISIONS, ModelConfig, TrainConfig, TrainingGateThresholds
 from aigc.config.workload import WorkloadConfig
 
@@ -30,7 +31,7 @@ __all__ = [
     "DATE_LEASE_TTL", "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "RESOLUTIONS", "VARIANTS", "BatchingConfig",
     "CuratedGateThresholds", "DeployConfig", "DeployGateThresholds", "EvaluateConfig", "EvaluationGateThresholds",
     "GenerateConfig", "GenerateGateThresholds", "ModelConfig", "PipelineConfig", "PrepareConfig", "RawDropConfig",
-    "TrainConfig", "TrainingGateThresholds", "WorkloadConfig", "preset",
+    "TextConfig", "TrainConfig", "TrainingGateThresholds", "WorkloadConfig", "preset",
 ]
 
 
@@ -52,6 +53,8 @@ class PipelineConfig:
     generate_gate: GenerateGateThresholds = field(default_factory=GenerateGateThresholds)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     evaluate_gate: EvaluationGateThresholds = field(default_factory=EvaluationGateThresholds)
+    text: TextConfig = field(default_factory=TextConfig)
+    """The text workload's own settings (unused by the others)."""
 
     def override(self, changes: dict[str, dict[str, Any]]) -> PipelineConfig:
         """``{"raw": {"n": 500}}`` → a new config; unknown sections or fields are an error."""

@@ -146,12 +146,12 @@ SECTIONS = {"WorkloadConfig": "workload", "RawDropConfig": "raw", "PrepareConfig
             "CuratedGateThresholds": "curated_gate", "ModelConfig": "model", "TrainConfig": "train",
             "TrainingGateThresholds": "train_gate", "DeployConfig": "deploy", "DeployGateThresholds": "deploy_gate",
             "BatchingConfig": "batching", "GenerateConfig": "generate", "GenerateGateThresholds": "generate_gate",
-            "EvaluateConfig": "evaluate", "EvaluationGateThresholds": "evaluate_gate"}
+            "EvaluateConfig": "evaluate", "EvaluationGateThresholds": "evaluate_gate", "TextConfig": "text"}
 # The `aigc` command whose flags include a section's fields (the workload's flag is on every command).
 COMMANDS = {"workload": "…", "raw": "make-raw", "prepare": "prepare", "curated_gate": "prepare", "model": "train",
             "train": "train", "train_gate": "train", "deploy": "deploy", "deploy_gate": "deploy",
             "batching": "generate", "generate": "generate", "generate_gate": "generate", "evaluate": "evaluate",
-            "evaluate_gate": "evaluate"}
+            "evaluate_gate": "evaluate", "text": "make-raw|prepare|train"}
 
 
 def how_to_set(section: str, name: str) -> str:

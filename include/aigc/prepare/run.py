@@ -32,7 +32,7 @@ from aigc.prepare.shards import QUARANTINE_SCHEMA, RollingParquetWriter
 from aigc.prepare.worker import examine_lines, init_worker
 from aigc.procs import worker_processes_allowed
 from aigc.progress import progress
-from aigc.workloads import Workload, load_workload
+from aigc.workloads import RecordRules, load_workload
 
 log = logging.getLogger(__name__)
 MANIFEST = "_manifest.json"
@@ -44,11 +44,10 @@ class ReconciliationError(RuntimeError):
 
 
 def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_id: str | None = None,
-            workload: Workload | None = None) -> dict:
-    """Prepare the drop of ``date`` from ``raw`` into ``lake`` by ``workload``'s record rules (default: the image
+            rules: RecordRules | None = None, workload: str = "image") -> dict:
+    """Prepare the drop of ``date`` from ``raw`` into ``lake`` by a workload's record ``rules`` (default: the image
     workload's); returns the JSON summary."""
-    workload = workload or load_workload("image")
-    rules = workload.records()
+    rules = rules or load_workload("image").records(None)
     date = parse_date(date)
     run_id = run_id or new_run_id()
     started = time.perf_counter()
@@ -112,7 +111,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         lines_, future = in_flight.popleft()
         keep_batch(lines_, future.result())
 
-    with _executor(workers, drop, cfg, workload.name, type(rules).__module__) as pool:
+    with _executor(workers, drop, cfg, rules) as pool:
         batch: list[RawLine] = []
         for line in progress(lines, desc=f"prepare {date}", total=expected, unit="rec"):
             n_input += 1
@@ -143,7 +142,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         "input_records": n_input, "rows": n_curated, "quarantined": dict(sorted(reasons.items())),
         "bytes": sum(s["bytes"] for s in curated_shards), "shards": curated_shards,
         "quarantine": {"prefix": quarantine_run, "shards": quarantine_shards},
-        "workload": workload.name, "schema": rules.curated_schema.to_string(show_schema_metadata=False),
+        "workload": workload, "schema": rules.curated_schema.to_string(show_schema_metadata=False),
         "stats": {c: {"min": lo if n_curated else None, "max": hi if n_curated else None,
                       "mean": total / n_curated if n_curated else None} for c, (lo, hi, total) in stats.items()},
         "config": dataclasses.asdict(cfg), "seconds": round(seconds, 3),
@@ -191,16 +190,16 @@ def _text(value) -> str | None:
 
 
 @contextlib.contextmanager
-def _executor(workers: int, drop: Lake, cfg: PrepareConfig, workload: str, rules_module: str) -> Iterator[Executor]:
+def _executor(workers: int, drop: Lake, cfg: PrepareConfig, rules: RecordRules) -> Iterator[Executor]:
     if workers <= 1:
-        init_worker(drop, cfg, workload)
+        init_worker(drop, cfg, rules)
         yield _InlineExecutor()
         return
     # forkserver: safe beside threads and any CUDA state in the parent (fork is not). Preloading
     # the worker and the rules' modules there means each worker forks with them (PIL, numpy) already imported.
     context = get_context("forkserver")
-    context.set_forkserver_preload(["aigc.prepare.worker", rules_module])
+    context.set_forkserver_preload(["aigc.prepare.worker", type(rules).__module__])
     with worker_processes_allowed(), ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                                          initializer=init_worker,
-                                                         initargs=(drop, cfg, workload)) as pool:
+                                                         initargs=(drop, cfg, rules)) as pool:
         yield pool  # workers start lazily, on submits: allowed for the pool's whole life

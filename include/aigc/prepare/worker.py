@@ -14,15 +14,17 @@ from aigc.config import PrepareConfig
 from aigc.lake import Lake, LocalLake, ObjectNotFound
 from aigc.prepare.drop import RawLine
 from aigc.prepare.records import Examined
+from aigc.workloads.base import RecordRules
 
 _state: dict = {}
 
 
-def init_worker(drop: Lake, cfg: PrepareConfig, workload: str = "image") -> None:
-    """Run once per process: the drop's lake, the config and the workload's rules, instead of once per batch."""
+def init_worker(drop: Lake, cfg: PrepareConfig, rules: RecordRules | None = None) -> None:
+    """Run once per process: the drop's lake, the config and the workload's rules (default: the image workload's,
+    sent pickled to each process), instead of once per batch."""
     from aigc.workloads import load_workload
 
-    _state.update(drop=drop, cfg=cfg, rules=load_workload(workload).records())
+    _state.update(drop=drop, cfg=cfg, rules=rules or load_workload("image").records(None))
     _state.setdefault("fetcher", ThreadPoolExecutor(max_workers=8))  # one per process, reused
 
 

@@ -42,7 +42,7 @@ def resume_key(cfg: PipelineConfig, date: dt.date) -> dict:
     """What must match to resume: what a step means. nproc/nodes may change (batches are global)."""
     t = cfg.train
     return {"date": date.isoformat(), "dataset": cfg.prepare.dataset, "workload": cfg.workload.name,
-            "model": cfg.model.__dict__,
+            "model": cfg.model.__dict__, **workload_of(cfg).settings(cfg),
             **{k: getattr(t, k) for k in ("window_days", "steps", "batch_size", "grad_accum", "lr", "min_lr_ratio",
                                            "warmup_steps", "weight_decay", "seed", "val_fraction", "val_max")}}
 
@@ -57,7 +57,7 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
     workload = workload_of(cfg)
     workload.require("train")
     index = load_window(lake, cfg.prepare.dataset, date, t.window_days, workload.index_columns,
-                        workload.sample_costs)
+                        lambda columns: workload.sample_costs(columns, cfg))
     train_idx, val_idx = index.split(t.val_fraction, t.val_max)
     task = workload.training_task(lake, index, cfg)
     micro = t.micro_batch(ctx.world)

@@ -1,7 +1,7 @@
 """Workloads: what the pipeline's core runs, chosen by name (see ``base.Workload``)."""
 
-from aigc.workloads.base import Loss, TrainingTask, Workload
+from aigc.workloads.base import Loss, RecordRules, TrainingTask, Workload
 from aigc.workloads.registry import BUILT_IN, ENTRY_POINT_GROUP, UnknownWorkload, available, load_workload, workload_of
 
-__all__ = ["BUILT_IN", "ENTRY_POINT_GROUP", "Loss", "TrainingTask", "UnknownWorkload", "Workload", "available",
-           "load_workload", "workload_of"]
+__all__ = ["BUILT_IN", "ENTRY_POINT_GROUP", "Loss", "RecordRules", "TrainingTask", "UnknownWorkload", "Workload",
+           "available", "load_workload", "workload_of"]

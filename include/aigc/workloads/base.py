@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import torch
 
-    from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig
+    from aigc.config import PipelineConfig, PrepareConfig
     from aigc.lake import Lake
     from aigc.prepare.records import Examined
     from aigc.train.data import WindowIndex
@@ -136,20 +136,27 @@ class Workload(ABC):
         model and dataset names, sizes that suit it. Applied before the user's own changes."""
         return {}
 
-    def records(self) -> RecordRules:
-        """Stage 1: how raw records become curated rows (``stages`` must include ``prepare``)."""
+    def records(self, cfg: PipelineConfig | None) -> RecordRules:
+        """Stage 1: how raw records become curated rows under ``cfg`` (None: the defaults). The rules are pickled
+        to the decoding processes: keep them small (settings, not data)."""
         raise NotImplementedError(f"workload {self.name!r} has no record rules")
 
-    def make_raw_drop(self, raw: Lake, date: str, cfg: RawDropConfig) -> dict:
+    def make_raw_drop(self, raw: Lake, date: str, cfg: PipelineConfig) -> dict:
         """A synthetic raw drop for ``date`` (the demo's data, and the form's "Generate a synthetic raw drop"):
-        records and their attachments, then ``_SUCCESS``. Returns a summary (records, uri)."""
+        records and their attachments, then ``_SUCCESS`` (``cfg.raw``: how many, how dirty, the seed). Returns a
+        summary (records, uri)."""
         raise NotImplementedError(f"workload {self.name!r} cannot write a synthetic drop: drop real data under "
                                   "the raw URI (see the README's raw-drop format)")
 
+    def settings(self, cfg: PipelineConfig) -> dict[str, Any]:
+        """The workload's own settings that define its model and data (beyond ``cfg.model``): a run resumes from a
+        checkpoint only if they are unchanged, and a difference is named."""
+        return {}
+
     @abstractmethod
-    def sample_costs(self, columns: dict[str, list]) -> np.ndarray:
-        """(N,) float64: the relative compute of each curated row (its ``index_columns``), which the core
-        balances across ranks step by step. Make it track real time: pixels, tokens, sequence length²."""
+    def sample_costs(self, columns: dict[str, list], cfg: PipelineConfig) -> np.ndarray:
+        """(N,) float64: the relative compute of each curated row (its ``index_columns``) under ``cfg``, which the
+        core balances across ranks step by step. Make it track real time: pixels, tokens, sequence length²."""
 
     @abstractmethod
     def training_task(self, lake: Lake, index: WindowIndex, cfg: PipelineConfig) -> TrainingTask:

@@ -1,6 +1,7 @@
 """Finding a workload by name: built in, an installed package's entry point, or a ``module:attribute`` path.
 
     image                              the built-in image workload (shapes captions → 32 px images)
+    text                               the built-in text workload (long logs → a decoder-only transformer)
     my_pkg                             an entry point named my_pkg in the ``aigc.workloads`` group:
                                          [project.entry-points."aigc.workloads"] my_pkg = "my_pkg.workload:WORKLOAD"
     my_pkg.workload:WORKLOAD           a Workload instance (or subclass) importable from the Python path
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from aigc.config import PipelineConfig
 
 ENTRY_POINT_GROUP = "aigc.workloads"
-BUILT_IN = {"image": "aigc.workloads.image:IMAGE"}
+BUILT_IN = {"image": "aigc.workloads.image:IMAGE", "text": "aigc.workloads.text:TEXT"}
 _PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 

@@ -16,7 +16,7 @@ class ImageWorkload(Workload):
     loss_title = "training: negative ELBO per pixel"
     stages = frozenset({"prepare", "train", "deploy", "generate", "evaluate"})
 
-    def sample_costs(self, columns):
+    def sample_costs(self, columns, cfg):
         from aigc.models.tokenizer import words
         from aigc.train.balance import sample_cost
 
@@ -29,7 +29,7 @@ class ImageWorkload(Workload):
 
         return ImageTrainingTask(lake, index, cfg)
 
-    def records(self):
+    def records(self, cfg):
         from aigc.workloads.image.records import ImageRecordRules
 
         return ImageRecordRules()
@@ -37,7 +37,7 @@ class ImageWorkload(Workload):
     def make_raw_drop(self, raw, date, cfg):
         from aigc.prepare.rawdrop import make_raw_drop
 
-        return make_raw_drop(raw, date, cfg)
+        return make_raw_drop(raw, date, cfg.raw)
 
 
 IMAGE = ImageWorkload()

@@ -20,7 +20,7 @@ class Echo(Workload):
     def config_overrides(self, preset):
         return {"model": {"name": f"echo-{preset}"}, "prepare": {"dataset": "echoes"}}
 
-    def sample_costs(self, columns):
+    def sample_costs(self, columns, cfg):
         return np.ones(len(columns["x"]))
 
     def training_task(self, lake, index, cfg):

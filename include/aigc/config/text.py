@@ -1,0 +1,48 @@
+"""The text workload's settings (``aigc.workloads.text``): its documents, tokenizer and model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aigc.config._checks import _check_order, _check_range
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    """Long documents → a small decoder-only transformer. Used only when the workload is ``text``."""
+
+    min_chars: int = 40
+    """Documents shorter than this after normalisation are quarantined (``text_too_short``)."""
+    max_chars: int = 200_000
+    """…and longer ones too (``text_too_long``; about 40k tokens): quarantined, not cut."""
+    min_clean_fraction: float = 0.98
+    """Characters that must be letters, digits, punctuation or spaces (``text_charset``): binary or mojibake fails."""
+    shingle_words: int = 5
+    """Near-duplicate documents share word shingles of this many words (MinHash over them)."""
+    vocab_size: int = 512
+    """Byte-level BPE merges learnt from the training window (stored with the model)."""
+    layers: int = 4
+    width: int = 128
+    heads: int = 4
+    context: int = 1024
+    """Training window in tokens: a document longer than this trains on its first ``context`` tokens."""
+    mean_items: float = 60.0
+    """Synthetic drop: the median document holds this many scene lines (long-tailed, 3 to ``max_items``)."""
+    max_items: int = 1800
+
+    def __post_init__(self) -> None:
+        _check_range(self, "min_chars", 1, 10_000_000)
+        _check_range(self, "max_chars", 1, 100_000_000)
+        _check_order(self, "min_chars", "max_chars")
+        _check_range(self, "min_clean_fraction", 0.0, 1.0)
+        _check_range(self, "shingle_words", 1, 64)
+        _check_range(self, "vocab_size", 260, 1 << 17)
+        _check_range(self, "layers", 1, 64)
+        _check_range(self, "width", 16, 8192)
+        _check_range(self, "heads", 1, 256)
+        if self.width % self.heads or (self.width // self.heads) % 2:
+            raise ValueError(f"TextConfig.width ({self.width}) must split into {self.heads} heads of an even "
+                             "width (rotary positions rotate pairs)")
+        _check_range(self, "context", 16, 1 << 20)
+        _check_range(self, "mean_items", 1.0, 1e6)
+        _check_range(self, "max_items", 3, 10_000_000)

@@ -1,0 +1,63 @@
+"""The built-in text workload: long documents, a byte-level BPE and a small decoder-only transformer.
+
+Stage 1 curates JSONL drops of ``{id, text, source, created_at}`` (``records``); stage 2 learns the
+tokenizer from the window and trains the transformer by the same DDP core as images (``training``).
+Its reference corpus (``corpus``) is a world whose facts can be checked, for the evaluation to come.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aigc.workloads.base import Workload
+
+
+class TextWorkload(Workload):
+    name = "text"
+    description = "long documents → a decoder-only transformer with rotary positions and a KV cache"
+    index_columns = ("bytes",)
+    loss_title = "training: next-token cross-entropy (nats per token)"
+    stages = frozenset({"prepare", "train"})
+
+    def config_overrides(self, preset):
+        changes = {"model": {"name": "logs-gpt"}, "raw": {"source": "logs"}, "prepare": {"dataset": "logs"},
+                   # the loss is nats per token (ln 512 ≈ 6.2 untrained): a bar a model that learnt the grammar meets
+                   "train_gate": {"max_final_val_loss": 2.0},
+                   "train": {"batch_size": 16, "lr": 3e-3, "warmup_steps": 30}}
+        if preset in ("demo", "smoke"):
+            changes["raw"]["n"] = 400 if preset == "demo" else 120
+            changes["curated_gate"] = {"min_rows": 200 if preset == "demo" else 50}
+            changes["text"] = {"context": 512, "layers": 2, "width": 128}
+            changes["train"].update({"steps": 300, "eval_every": 100, "checkpoint_every": 100} if preset == "demo"
+                                    else {"steps": 40, "eval_every": 20, "checkpoint_every": 20})
+            if preset == "smoke":
+                changes["train_gate"] = {"max_final_val_loss": 6.0}
+        return changes
+
+    def settings(self, cfg):
+        return {"text": cfg.text.__dict__}
+
+    def sample_costs(self, columns, cfg):
+        # Tokens ≈ bytes / 4 (the BPE is not learnt yet), cut at the context; per token a block costs ~12·width²
+        # multiply-adds in its linear layers and ~2·L·width in attention: cost ∝ L · (6·width + L).
+        t = cfg.text
+        tokens = np.minimum(np.asarray(columns["bytes"], dtype=np.float64) / 4 + 1, t.context + 1)
+        return tokens * (6 * t.width + tokens)
+
+    def training_task(self, lake, index, cfg):
+        from aigc.workloads.text.training import TextTrainingTask
+
+        return TextTrainingTask(lake, index, cfg)
+
+    def records(self, cfg):
+        from aigc.workloads.text.records import TextRecords
+
+        return TextRecords(cfg.text if cfg is not None else None)
+
+    def make_raw_drop(self, raw, date, cfg):
+        from aigc.workloads.text.corpus import make_text_drop
+
+        return make_text_drop(raw, date, cfg.raw, cfg.text)
+
+
+TEXT = TextWorkload()

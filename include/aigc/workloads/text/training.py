@@ -1,0 +1,105 @@
+"""The text workload's stage 2: a BPE learnt from the window, documents as token sequences, next-token loss.
+
+A training sample is one curated document's first ``context + 1`` tokens (its inputs and shifted targets).
+Documents are long-tailed, so samples are too: the core's plan sorts them by cost (``sample_costs``) so a
+step holds documents of similar length (little padding) and deals them so ranks do the same work. Texts
+stay in the lake until a batch needs them, shard by shard (a bounded LRU of encoded documents).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from aigc.workloads.base import Loss, TrainingTask
+from aigc.workloads.text.model import TextLM
+from aigc.workloads.text.tokenizer import load_tokenizer, special_ids, train_tokenizer
+
+TOKENIZER_CHARS = 4_000_000
+"""Characters of the window the BPE learns from (the first shards'): enough for its few hundred merges."""
+CHARS_PER_TOKEN_BOUND = 8
+"""Encoding a document's first (context + 1) · this many characters gives at least context + 1 tokens
+(byte-level BPE tokens are ≥ 1 byte; the reference corpus averages ~4 characters per token)."""
+
+
+class TextTrainingTask(TrainingTask):
+    def __init__(self, lake, index, cfg):
+        self.lake, self.index, self.text = lake, index, cfg.text
+        self._shard_texts: OrderedDict[int, list[str]] = OrderedDict()
+        self._encoded: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.read_shards = 0
+        self.tokenizer = train_tokenizer(self._tokenizer_texts(), self.text.vocab_size)
+        self.pad_id, self.eos_id = special_ids(self.tokenizer)
+        self.data_state = self.tokenizer.to_str()
+
+    def _tokenizer_texts(self):
+        budget = TOKENIZER_CHARS
+        for s in range(len(self.index.shards)):
+            for text in self._texts_of(s):
+                yield text[:budget]
+                budget -= min(len(text), budget)
+                if budget <= 0:
+                    return
+
+    def _texts_of(self, s: int) -> list[str]:
+        if s in self._shard_texts:
+            self._shard_texts.move_to_end(s)
+            return self._shard_texts[s]
+        texts = self.lake.parquet_file(self.index.shards[s]).read(columns=["text"]).column("text").to_pylist()
+        self.read_shards += 1
+        self._shard_texts[s] = texts
+        while len(self._shard_texts) > 2:
+            self._shard_texts.popitem(last=False)
+        return texts
+
+    def tokens(self, sample: int) -> np.ndarray:
+        """The first context + 1 tokens of a document (its inputs and targets), end of text appended if it fits."""
+        if sample in self._encoded:
+            self._encoded.move_to_end(sample)
+            return self._encoded[sample]
+        n = self.text.context + 1
+        text = self._texts_of(int(self.index.shard_of[sample]))[int(self.index.row_of[sample])]
+        ids = self.tokenizer.encode(text[: n * CHARS_PER_TOKEN_BOUND]).ids + [self.eos_id]
+        out = np.asarray(ids[:n], dtype=np.int64)
+        self._encoded[sample] = out
+        while len(self._encoded) > 4096:
+            self._encoded.popitem(last=False)
+        return out
+
+    def build_model(self):
+        t = self.text
+        return TextLM(self.tokenizer.get_vocab_size(), t.layers, t.width, t.heads)
+
+    def batch(self, samples):
+        seqs = [self.tokens(int(i)) for i in samples]
+        longest = max(len(s) for s in seqs)
+        ids = np.full((len(seqs), longest), self.pad_id, dtype=np.int64)
+        for row, seq in zip(ids, seqs, strict=True):
+            row[: len(seq)] = seq
+        return torch.from_numpy(ids), torch.tensor([len(s) for s in seqs], dtype=torch.int64)
+
+    def loss(self, model, batch, *, train):
+        ids, lengths = batch
+        logits = model(ids[:, :-1])
+        targets = ids[:, 1:]
+        real = torch.arange(targets.shape[1], device=ids.device)[None, :] < (lengths[:, None] - 1)
+        per_token = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+        nll = (per_token * real).sum() / real.sum().clamp(min=1)
+        return Loss(nll, {})
+
+    def card(self):
+        import dataclasses
+
+        return {"model": {k: v for k, v in dataclasses.asdict(self.text).items()
+                          if k in ("vocab_size", "layers", "width", "heads", "context")},
+                "tokenizer": self.data_state}
+
+    def stats(self):
+        return {"read_shards": self.read_shards}
+
+
+def tokenizer_of(card: dict):
+    return load_tokenizer(card["tokenizer"])

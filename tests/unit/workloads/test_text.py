@@ -1,0 +1,138 @@
+"""The text workload: its reference corpus, stage 1's rules on a dirty drop, the tokenizer, the model's KV cache,
+and a few training steps by the core's loop."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from aigc.config import PipelineConfig, PrepareConfig, preset
+from aigc.lake import LocalLake
+from aigc.shapes import parse_caption
+from aigc.workloads import load_workload
+from aigc.workloads.text import corpus
+from aigc.workloads.text.model import TextLM
+from aigc.workloads.text.records import TextRecords, clean_fraction, normalise
+from aigc.workloads.text.tokenizer import train_tokenizer
+
+DATE = "2026-11-20"
+
+
+def smoke() -> PipelineConfig:
+    return preset("smoke", "text").override({"prepare": {"workers": 1}, "raw": {"n": 150}})
+
+
+def test_documents_are_long_tailed_logs_whose_every_line_can_be_checked():
+    rng = random.Random(3)
+    sizes = [corpus.item_count(rng, 60, 1800) for _ in range(2000)]
+    assert min(sizes) == 3 and max(sizes) > 1000  # a long tail
+    assert sorted(sizes)[1000] in range(45, 80)  # around the median asked for
+    doc = corpus.document(random.Random(1), 40, "abc")
+    lines = doc.split("\n")
+    assert lines[0] == "Log abc." and len(lines) == 1 + 40 + 4
+    items = {}
+    for line in lines[1:41]:
+        head, caption = line[:-1].split(": ", 1)
+        assert parse_caption(caption) is not None  # a valid scene of the reference grammar
+        items[int(head.split()[1])] = caption
+    for line in lines[41:]:
+        k, caption = line[len("Recall: item "):-1].split(" is ", 1)
+        assert items[int(k)] == caption  # a recall restates the fact the log gave
+    assert corpus.document(random.Random(1), 40, "abc") == doc  # deterministic
+
+
+def test_stage_1_quarantines_each_planted_defect_with_its_reason_and_loses_nothing(tmp_path):
+    from aigc.stages import PREPARE
+
+    cfg = smoke()
+    lake = LocalLake(tmp_path)
+    drop = PREPARE.make_raw(lake.sub("raw/logs"), DATE, cfg)
+    assert drop == PREPARE.make_raw(lake.sub("raw/logs"), DATE, cfg)  # the same seed and date, the same drop
+    assert sum(drop["planted"].values()) > 10
+    summary = PREPARE.produce(lake.sub("raw/logs"), lake, DATE, cfg)
+    expected: dict[str, int] = {}
+    for kind, n in drop["planted"].items():
+        expected[corpus.EXPECTED_REASON[kind]] = expected.get(corpus.EXPECTED_REASON[kind], 0) + n
+    assert summary["reasons"] == expected
+    assert summary["input"] == 150 == summary["curated"] + summary["quarantined"]
+    assert summary["curated"] == drop["clean"]
+    gate = PREPARE.gate(lake, cfg, summary)
+    assert gate["success"]
+
+
+def test_normalisation_makes_a_resaved_copy_equal_and_the_checks_name_the_limit():
+    rules = TextRecords(PipelineConfig().text)
+
+    base = {"id": "a", "source": "s", "created_at": "t"}
+    text = "Log a.\nItem 1: a small red circle at the top.\nItem 2: a large blue square on the left."
+    assert normalise(text.replace("\n", "\r\n") + "  \n") == text
+    row = rules.examine({**base, "text": text}, None, PrepareConfig())
+    assert row["chars"] == len(text) and row["words"] == 20 and row["bytes"] == len(text)
+    short = rules.examine({**base, "text": "Log."}, None, PrepareConfig())
+    assert short.reason == "text_too_short" and "4 characters" in short.detail and "min_chars=40" in short.detail
+    junk = rules.examine({**base, "text": text + "\x00\x01\x02" * 10}, None, PrepareConfig())
+    assert junk.reason == "text_charset" and "min_clean_fraction=0.98" in junk.detail
+    assert clean_fraction("héllo, wörld! 42\n") == 1.0
+
+
+def test_the_tokenizer_is_learnt_the_same_way_twice_and_round_trips():
+    texts = [corpus.document(random.Random(i), 30, f"d{i}") for i in range(50)]
+    a, b = train_tokenizer(texts, 400), train_tokenizer(texts, 400)
+    assert a.to_str() == b.to_str() and a.get_vocab_size() == 400
+    ids = a.encode(texts[0]).ids
+    assert a.decode(ids) == texts[0] and len(ids) < len(texts[0]) / 2.5  # merges learnt: ~4 characters per token
+    assert a.decode(a.encode("ünïcode ✓ never seen").ids) == "ünïcode ✓ never seen"  # byte level: nothing unknown
+
+
+def test_decoding_with_the_kv_cache_gives_the_logits_of_a_full_forward_pass():
+    torch.manual_seed(0)
+    model = TextLM(97, layers=2, width=32, heads=4).eval()
+    ids = torch.randint(0, 97, (2, 12))
+    with torch.no_grad():
+        full = model(ids)
+        from aigc.workloads.text.model import KVCache
+
+        cache = KVCache(model.layers)
+        steps = [model(ids[:, :5], cache=cache)]  # a prompt, then token by token, then 3 at once
+        for t in range(5, 9):
+            steps.append(model(ids[:, t:t + 1], start=t, cache=cache))
+        steps.append(model(ids[:, 9:12], start=9, cache=cache))
+    assert cache.length == 12
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+    changed = ids.clone()
+    changed[:, 8] = (changed[:, 8] + 1) % 97
+    with torch.no_grad():
+        assert torch.allclose(model(changed)[:, :8], full[:, :8], atol=1e-6)  # causal: the future is not seen
+
+
+def test_costs_grow_faster_than_length_and_stop_at_the_context():
+    cfg = preset("demo", "text")
+    costs = load_workload("text").sample_costs({"bytes": [400, 800, 1600, 10**6, 10**7]}, cfg)
+    assert costs[1] > 2 * costs[0] and costs[2] > 2 * costs[1] and costs[3] == costs[4]
+
+
+@pytest.mark.timeout(300)
+def test_the_core_loop_trains_the_text_model_and_resumes_only_with_the_same_tokenizer(tmp_path):
+    from aigc.stages import PREPARE
+    from aigc.train import distributed as D
+    from aigc.train.checkpoint import ResumeMismatch
+    from aigc.train.loop import train_rank
+
+    torch.set_num_threads(1)
+    cfg = smoke().override({"train": {"steps": 12, "eval_every": 6, "checkpoint_every": 6, "batch_size": 8,
+                                      "warmup_steps": 2, "lr": 1e-2, "nproc": 1, "threads": 1},
+                            "text": {"context": 128, "layers": 1, "width": 32, "heads": 2, "vocab_size": 300}})
+    lake = LocalLake(tmp_path)
+    PREPARE.make_raw(lake.sub("raw/logs"), DATE, cfg)
+    PREPARE.finish(lake, cfg, PREPARE.produce(lake.sub("raw/logs"), lake, DATE, cfg))
+    solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
+    summary = train_rank(lake, DATE, cfg, "20261120T000000000000Z-text01", solo)
+    assert summary["workload"] == "text" and summary["final_val_loss"] < 0.8 * summary["initial_val_loss"]
+    card = lake.get_json(f"training/logs-gpt/dt={DATE}/run=20261120T000000000000Z-text01/model.json")
+    assert card["model"]["context"] == 128 and '"vocab"' in card["tokenizer"]
+    again = train_rank(lake, DATE, cfg, "20261120T000000000000Z-text01", solo)  # a retry: nothing left to train
+    assert again["resumed_from_step"] == 12 and again["weights_sha256"] == summary["weights_sha256"]
+    with pytest.raises(ResumeMismatch, match=r"text: checkpoint .*'context': 128.*now .*'context': 64"):
+        train_rank(lake, DATE, cfg.override({"text": {"context": 64}}), "20261120T000000000000Z-text01", solo)
