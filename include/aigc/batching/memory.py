@@ -65,6 +65,7 @@ class MemoryModel:
         return sum(self._errors) / len(self._errors) if self._errors else None
 
     def max_items(self, length: int, budget_bytes: float) -> int:
-        """The most items of ``length`` whose predicted peak fits ``budget_bytes`` (0 if none)."""
-        per_item = self.k * (self.width**2 + length**2)
+        """The most items of ``length`` whose predicted peak fits ``budget_bytes`` (0 if none). A subclass that
+        charges items otherwise overrides ``units`` (linear in the number of items) and this follows."""
+        per_item = self.k * self.units([length])
         return max(0, int((budget_bytes - self.base_bytes) // per_item)) if per_item > 0 else 0

@@ -98,8 +98,10 @@ def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, worklo
                 rows: list[dict], index, run_id: str, date: dt.date, world: int, precision: str,
                 resumed_from: int | None, initial_val: float, flagged_steps: int, seconds: float) -> dict:
     """Weights, model card, metrics and the summary (last). Returns the summary."""
+    # One metadata entry: safetensors writes a map's entries in no fixed order, so two would make the same weights
+    # hash differently from one save to the next (and registration is idempotent by that hash).
     weights = save_safetensors({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-                               metadata={"format": "pt", "model": cfg.model.name})
+                               metadata={"format": "pt"})
     lake.put_bytes(join(prefix, WEIGHTS), weights)
     metrics_key = write_metrics(lake, prefix, rows, workload.loss_parts, workload.loss_title)
     trained = [r for r in rows if r["step"] > 0]

@@ -16,11 +16,14 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def rotary(x: torch.Tensor, start: int) -> torch.Tensor:
-    """Rotate pairs of ``x`` (B, H, T, D) by angles of positions start … start+T−1 (RoPE, base 10 000)."""
-    d, t = x.shape[-1], x.shape[-2]
+def rotary(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs of ``x`` (B, H, T, D) by angles of ``positions`` ((T,), or (B, T): each row its own; RoPE,
+    base 10 000). Attention scores then depend only on the distance between positions."""
+    d = x.shape[-1]
     inv = 1.0 / (10_000 ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    angles = torch.outer(torch.arange(start, start + t, device=x.device, dtype=torch.float32), inv)  # (T, D/2)
+    angles = positions.to(torch.float32)[..., None] * inv  # (T, D/2) or (B, T, D/2)
+    if angles.dim() == 3:
+        angles = angles[:, None]  # (B, 1, T, D/2): the same for every head
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
@@ -52,11 +55,11 @@ class Block(nn.Module):
         self.qkv, self.out = nn.Linear(width, 3 * width, bias=False), nn.Linear(width, width, bias=False)
         self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
-    def forward(self, x: torch.Tensor, start: int, cache: KVCache | None, layer: int,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache | None, layer: int,
                 mask: torch.Tensor | None) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        q, k = rotary(q, start), rotary(k, start)
+        q, k = rotary(q, positions), rotary(k, positions)
         if cache is not None:
             k, v = cache.extend(layer, k, v)
         total = k.shape[-2]
@@ -86,13 +89,21 @@ class TextLM(nn.Module):
                 nn.init.normal_(p, std=0.02 / (math.sqrt(2 * layers) if name.endswith(("out.weight", "2.weight"))
                                                 else 1.0))
 
-    def forward(self, ids: torch.Tensor, *, start: int = 0, cache: KVCache | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T) token ids at positions start … → (B, T, vocab) logits. ``cache`` (decoding) is extended by the
-        new tokens' keys and values; ``mask`` (B or 1, 1, T, T_total) bool overrides the causal mask."""
+    def forward(self, ids: torch.Tensor, *, start: int = 0, positions: torch.Tensor | None = None,
+                cache: KVCache | None = None, mask: torch.Tensor | None = None,
+                select: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) token ids at positions start … (or ``positions``, (B, T): each row its own) → (B, T, vocab)
+        logits, or (B, 1, vocab) at the index ``select`` (B,) of each row: a prefill needs only its last real
+        token's, and logits of every position of a long prompt would be the largest tensor of the batch.
+        ``cache`` (decoding) is extended by the new tokens' keys and values; ``mask`` (B or 1, 1, T, T_total)
+        bool overrides the causal mask."""
+        if positions is None:
+            positions = torch.arange(start, start + ids.shape[1], device=ids.device)
         x = self.embed(ids)
         for i, block in enumerate(self.blocks):
-            x = block(x, start, cache, i, mask)
+            x = block(x, positions, cache, i, mask)
+        if select is not None:
+            x = x[torch.arange(x.shape[0], device=x.device), select][:, None]
         return self.head(self.norm(x))
 
     @property
