@@ -144,15 +144,13 @@ class DeployStage(Stage):
         return register_trained(lake, cfg.model.name, date)
 
     def build(self, lake: Lake, cfg: PipelineConfig, version: str) -> dict:
-        from aigc.registry.deploy import build_variants
-
-        _require(cfg, self.name)
-        return build_variants(lake, cfg.model.name, version, cfg.deploy)
+        return _workload(cfg, self.name).build_variants(lake, cfg.model.name, version, cfg)
 
     def gate(self, lake, cfg, produced):
         from aigc.quality.deploy import smoke_test
 
-        return smoke_test(lake, cfg.model.name, produced["version"], cfg.deploy_gate, str(produced["date"]))
+        return smoke_test(lake, cfg.model.name, produced["version"], cfg.deploy_gate, str(produced["date"]),
+                          _workload(cfg, self.name))
 
 
 class GenerateStage(Stage):

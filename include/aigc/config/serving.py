@@ -54,11 +54,15 @@ class DeployGateThresholds:
     """Mean absolute difference from the fp32 images on the fixed prompts, in 0–255 levels."""
     min_image_std: float = 2.0
     """Images must not be flat: the mean per-image standard deviation of pixel values (0–255)."""
+    min_text_agreement: float = 0.5
+    """Text variants: the mean fraction of fp32's continuation (in characters) a variant reproduces before its
+    first difference, on the smoke prompts (greedy decoding: a bf16 rounding may flip one token, and all after it)."""
 
     def __post_init__(self) -> None:
         _check_range(self, "max_latency_ms", 0.0, 1e7)
         _check_range(self, "max_pixel_mae", 0.0, 255.0)
         _check_range(self, "min_image_std", 0.0, 255.0)
+        _check_range(self, "min_text_agreement", 0.0, 1.0)
 
 
 @dataclass(frozen=True)

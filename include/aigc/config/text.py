@@ -26,6 +26,8 @@ class TextConfig:
     heads: int = 4
     context: int = 1024
     """Training window in tokens: a document longer than this trains on its first ``context`` tokens."""
+    new_tokens: int = 48
+    """Tokens generated after each prompt (greedy; fewer when the model ends the text)."""
     mean_items: float = 60.0
     """Synthetic drop: the median document holds this many scene lines (long-tailed, 3 to ``max_items``)."""
     max_items: int = 1800
@@ -44,5 +46,6 @@ class TextConfig:
             raise ValueError(f"TextConfig.width ({self.width}) must split into {self.heads} heads of an even "
                              "width (rotary positions rotate pairs)")
         _check_range(self, "context", 16, 1 << 20)
+        _check_range(self, "new_tokens", 1, 1 << 16)
         _check_range(self, "mean_items", 1.0, 1e6)
         _check_range(self, "max_items", 3, 10_000_000)

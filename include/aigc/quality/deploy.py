@@ -1,9 +1,10 @@
 """Gate 3 (deploy → generate): the smoke test of a version's variants.
 
-Every variant's record (built and measured by ``registry/deploy.py``) is re-checked: the
-weights load safely (hash and format), and the measured latency, agreement with fp32 and
-image spread are held against the thresholds. The fp32 baseline must pass for the gate to
-pass; other variants that miss a threshold are recorded as not eligible for generation.
+Every variant's record (built and measured by ``registry/deploy.py`` or ``registry/torch_variants.py``) is
+re-checked: the weights load safely (hash and format), and the measured latency and the workload's own
+checks (``Workload.variant_checks``: for images, agreement with fp32 and image spread) are held against the
+thresholds. The fp32 baseline must pass for the gate to pass; other variants that miss a threshold are
+recorded as not eligible for generation.
 """
 
 from __future__ import annotations
@@ -14,41 +15,47 @@ from aigc.config import DeployGateThresholds
 from aigc.lake import Lake
 from aigc.lake.keys import partition, run_prefix
 from aigc.quality.gate import Table, run_gate
-from aigc.registry.loader import Generator
+from aigc.registry.loader import load_serving
 from aigc.registry.store import Registry
 
 GATE = "deploy"
 
 
-def smoke_test(lake: Lake, model: str, ref: str, thresholds: DeployGateThresholds, date: str) -> dict:
+def smoke_test(lake: Lake, model: str, ref: str, thresholds: DeployGateThresholds, date: str,
+               workload=None) -> dict:
+    """Gate 3 on a version's variants, judged by ``workload`` (default: the image workload): each must load
+    safely; fp32 must be fast enough and pass the workload's checks; a variant that misses is not eligible."""
     import great_expectations.expectations as gxe
 
+    from aigc.workloads import load_workload
+
+    workload = workload or load_workload("image")
     registry = Registry(lake, model)
     record = registry.get(ref)
     version = record["version"]
-    rows = []
+    rows, check_names = [], []
     for kind, entry in sorted(record.get("variants", {}).items()):
         try:
-            Generator.load(lake, model, version, kind)
+            load_serving(lake, model, version, kind, "cpu", workload)
             loads, error = True, ""
         except Exception as e:  # recorded, and fails the gate below: a variant must load
             loads, error = False, f"{type(e).__name__}: {e}"
+        checks = workload.variant_checks(entry, thresholds)
+        check_names = list(checks)
         row = {"variant": kind, "loads": loads, "error": error, "latency_ms_b1": entry["latency_ms_b1"],
-               "pixel_mae_vs_fp32": entry["pixel_mae_vs_fp32"], "image_std": entry["image_std"],
-               "size_bytes": entry["size_bytes"]}
-        row["eligible"] = bool(loads and row["latency_ms_b1"] <= thresholds.max_latency_ms
-                               and row["pixel_mae_vs_fp32"] <= thresholds.max_pixel_mae
-                               and row["image_std"] >= thresholds.min_image_std)
+               **{name: entry.get(name) for name in checks}, "size_bytes": entry["size_bytes"],
+               **{f"passes_{name}": ok for name, ok in checks.items()}}
+        row["eligible"] = bool(loads and row["latency_ms_b1"] <= thresholds.max_latency_ms and all(checks.values()))
         rows.append(row)
-    frame = pd.DataFrame(rows, columns=["variant", "loads", "error", "latency_ms_b1", "pixel_mae_vs_fp32",
-                                        "image_std", "size_bytes", "eligible"])
+    frame = pd.DataFrame(rows, columns=["variant", "loads", "error", "latency_ms_b1", *check_names, "size_bytes",
+                                        *[f"passes_{n}" for n in check_names], "eligible"])
     baseline = frame[frame["variant"] == "fp32"]
     tables = [
         Table("baseline", baseline, [
             gxe.ExpectTableRowCountToEqual(value=1),
             gxe.ExpectColumnValuesToBeInSet(column="loads", value_set=[True]),
             gxe.ExpectColumnValuesToBeBetween(column="latency_ms_b1", max_value=thresholds.max_latency_ms),
-            gxe.ExpectColumnValuesToBeBetween(column="image_std", min_value=thresholds.min_image_std),
+            *[gxe.ExpectColumnValuesToBeInSet(column=f"passes_{n}", value_set=[True]) for n in check_names],
         ]),
         Table("variants", frame, [
             gxe.ExpectColumnValuesToBeInSet(column="loads", value_set=[True]),  # a broken variant is a bug

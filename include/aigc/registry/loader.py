@@ -43,6 +43,23 @@ def runner_for(card: dict, variant: str, data: bytes, device: torch.device):
     return model.to(device=device, dtype=dtype).eval(), vocab, cfg, dtype
 
 
+def load_serving(lake: Lake, name: str, ref: str, variant: str, device: str | torch.device, workload):
+    """A version's variant (``ref``: a version or an alias) loaded by ``workload`` to generate, its bytes' hash and
+    format checked against the registry's record first (safe loading: no pickle, no code)."""
+    registry = Registry(lake, name)
+    record = registry.get(ref)
+    prefix = registry.version_prefix(record["version"])
+    built = record.get("variants", {})
+    if variant != "fp32" and variant not in built:
+        raise VersionNotFound(f"{name} {record['version']} has no {variant!r} variant; it has "
+                              f"{sorted({'fp32', *built})} (build them with `aigc deploy --version`)")
+    key = variant_key(prefix, variant)
+    expected = built[variant]["weights_sha256"] if variant in built else record["weights_sha256"]
+    data = lake.get_bytes(key)
+    (check_onnx if variant in variants.ONNX_KINDS else check_weights)(data, expected, lake.url(key))
+    return workload.serving(lake.get_json(join(prefix, CARD)), variant, data, torch.device(device), record["version"])
+
+
 class Generator:
     """Captions + seeds → images, from one model version and variant, on CPU or GPU."""
 
@@ -55,20 +72,9 @@ class Generator:
     def load(cls, lake: Lake, name: str, ref: str = "production", variant: str = "fp32",
              device: str | torch.device = "cpu") -> Generator:
         """``ref``: a version (``v0003``) or an alias; the bytes' hash is checked against the record."""
-        registry = Registry(lake, name)
-        record = registry.get(ref)
-        prefix = registry.version_prefix(record["version"])
-        built = record.get("variants", {})
-        if variant != "fp32" and variant not in built:
-            raise VersionNotFound(f"{name} {record['version']} has no {variant!r} variant; it has "
-                                  f"{sorted({'fp32', *built})} (build them with `aigc deploy --version`)")
-        key = variant_key(prefix, variant)
-        expected = built[variant]["weights_sha256"] if variant in built else record["weights_sha256"]
-        data = lake.get_bytes(key)
-        (check_onnx if variant in variants.ONNX_KINDS else check_weights)(data, expected, lake.url(key))
-        device = torch.device(device)
-        runner, vocab, cfg, dtype = runner_for(lake.get_json(join(prefix, CARD)), variant, data, device)
-        return cls(runner, vocab, cfg, version=record["version"], variant=variant, device=device, dtype=dtype)
+        from aigc.workloads import load_workload
+
+        return load_serving(lake, name, ref, variant, device, load_workload("image"))
 
     @torch.no_grad()
     def generate(self, prompts: list[str], seeds: list[int]) -> torch.Tensor:

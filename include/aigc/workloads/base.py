@@ -7,11 +7,11 @@ workload owns what does: how a curated row costs compute, how rows become tensor
 loss. A workload is chosen by name (``aigc.workloads.registry``): ``image`` is built in, a user's comes
 from an entry point of the ``aigc.workloads`` group or a ``module:attribute`` path.
 
-Stages 1 (``records``: record rules, the synthetic drop) and 2 (``training_task``) run every workload
-through this interface today; the other stages' hooks (variant exporters for stage 3, the generator and
-its per-item cost for stage 4, the scorers and their checker for stage 5) are being moved onto it stage
-by stage (issue 18): until a stage has its hook, it runs the image workload's code and refuses any other
-workload by name (``Workload.require``).
+Stages 1 (``records``: record rules, the synthetic drop), 2 (``training_task``) and 3 (``serving`` and
+the variant hooks) run every workload through this interface today; the other stages' hooks (the
+generator's per-item cost and outputs for stage 4, the scorers and their checker for stage 5) are being
+moved onto it stage by stage (issue 18): until a stage has its hook, it runs the image workload's code
+and refuses any other workload by name (``Workload.require``).
 """
 
 from __future__ import annotations
@@ -115,6 +115,17 @@ class RecordRules(ABC):
         return []
 
 
+class Serving(ABC):
+    """A registered version's variant, loaded to generate (stage 3's smoke test and timings, stage 4)."""
+
+    version: str
+    variant: str
+
+    @abstractmethod
+    def generate(self, prompts: list[str], seeds: list[int]) -> list:
+        """One output per prompt (the same prompt and seed give the same output, whatever the batch)."""
+
+
 class Workload(ABC):
     """A model and its data, plugged into the five stages (subclass it; see ``aigc.workloads.image``)."""
 
@@ -147,6 +158,34 @@ class Workload(ABC):
         summary (records, uri)."""
         raise NotImplementedError(f"workload {self.name!r} cannot write a synthetic drop: drop real data under "
                                   "the raw URI (see the README's raw-drop format)")
+
+    # Stage 3: the core registers the trained weights as a version and builds the torch variants (fp32, bf16,
+    # pruned: encodings of any state dict) of ``variant_kinds``; a workload measures each against fp32 on its own
+    # smoke prompts and says which may serve. (The image workload overrides the build with its ONNX variants.)
+    variant_kinds: ClassVar[tuple[str, ...]] = ("fp32", "bf16")
+    """The variants this workload's models can be built as (others in ``deploy.variants`` are skipped)."""
+
+    def serving(self, card: dict, variant: str, data: bytes, device: torch.device, version: str) -> Serving:
+        """A version's variant from its checked bytes and model card, ready to generate."""
+        raise NotImplementedError(f"workload {self.name!r} cannot load a model to serve")
+
+    def smoke_prompts(self, n: int, seed: int) -> list[str]:
+        """A fixed, seeded prompt set every variant answers for gate 3."""
+        raise NotImplementedError(f"workload {self.name!r} has no smoke prompts")
+
+    def measure_variant(self, outputs: list, baseline: list) -> dict[str, Any]:
+        """What a variant's outputs are worth against fp32's on the smoke prompts (recorded in variant.json)."""
+        return {}
+
+    def variant_checks(self, entry: dict, thresholds: Any) -> dict[str, bool]:
+        """Gate 3's verdicts on one variant's record (besides loading and latency): name → passed. A variant that
+        fails one is not eligible to serve; fp32 must pass them all."""
+        return {}
+
+    def build_variants(self, lake: Lake, model: str, version: str, cfg: PipelineConfig) -> dict:
+        from aigc.registry.torch_variants import build_torch_variants
+
+        return build_torch_variants(lake, model, version, cfg, self)
 
     def settings(self, cfg: PipelineConfig) -> dict[str, Any]:
         """The workload's own settings that define its model and data (beyond ``cfg.model``): a run resumes from a

@@ -113,26 +113,66 @@ def test_costs_grow_faster_than_length_and_stop_at_the_context():
     assert costs[1] > 2 * costs[0] and costs[2] > 2 * costs[1] and costs[3] == costs[4]
 
 
-@pytest.mark.timeout(300)
-def test_the_core_loop_trains_the_text_model_and_resumes_only_with_the_same_tokenizer(tmp_path):
+def tiny(cfg: PipelineConfig) -> PipelineConfig:
+    return cfg.override({"train": {"steps": 12, "eval_every": 6, "checkpoint_every": 6, "batch_size": 8,
+                                   "warmup_steps": 2, "lr": 1e-2, "nproc": 1, "threads": 1},
+                         "text": {"context": 128, "layers": 1, "width": 32, "heads": 2, "vocab_size": 300,
+                                  "new_tokens": 8},
+                         "deploy": {"variants": "fp32,bf16,int8", "smoke_prompts": 4, "latency_batch": 4,
+                                    "latency_repeats": 1}})
+
+
+SOLO_RUN = "20261120T000000000000Z-text01"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A lake with the smoke drop curated and a tiny text model trained on it (not yet published)."""
     from aigc.stages import PREPARE
     from aigc.train import distributed as D
-    from aigc.train.checkpoint import ResumeMismatch
     from aigc.train.loop import train_rank
 
     torch.set_num_threads(1)
-    cfg = smoke().override({"train": {"steps": 12, "eval_every": 6, "checkpoint_every": 6, "batch_size": 8,
-                                      "warmup_steps": 2, "lr": 1e-2, "nproc": 1, "threads": 1},
-                            "text": {"context": 128, "layers": 1, "width": 32, "heads": 2, "vocab_size": 300}})
-    lake = LocalLake(tmp_path)
+    cfg = tiny(smoke())
+    lake = LocalLake(tmp_path_factory.mktemp("text"))
     PREPARE.make_raw(lake.sub("raw/logs"), DATE, cfg)
     PREPARE.finish(lake, cfg, PREPARE.produce(lake.sub("raw/logs"), lake, DATE, cfg))
     solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
-    summary = train_rank(lake, DATE, cfg, "20261120T000000000000Z-text01", solo)
+    return lake, cfg, solo, train_rank(lake, DATE, cfg, SOLO_RUN, solo)
+
+
+def test_the_core_loop_trains_the_text_model_and_resumes_only_with_the_same_settings(trained):
+    from aigc.train.checkpoint import ResumeMismatch
+    from aigc.train.loop import train_rank
+
+    lake, cfg, solo, summary = trained
     assert summary["workload"] == "text" and summary["final_val_loss"] < 0.8 * summary["initial_val_loss"]
-    card = lake.get_json(f"training/logs-gpt/dt={DATE}/run=20261120T000000000000Z-text01/model.json")
+    card = lake.get_json(f"training/logs-gpt/dt={DATE}/run={SOLO_RUN}/model.json")
     assert card["model"]["context"] == 128 and '"vocab"' in card["tokenizer"]
-    again = train_rank(lake, DATE, cfg, "20261120T000000000000Z-text01", solo)  # a retry: nothing left to train
+    again = train_rank(lake, DATE, cfg, SOLO_RUN, solo)  # a retry: nothing left to train
     assert again["resumed_from_step"] == 12 and again["weights_sha256"] == summary["weights_sha256"]
     with pytest.raises(ResumeMismatch, match=r"text: checkpoint .*'context': 128.*now .*'context': 64"):
-        train_rank(lake, DATE, cfg.override({"text": {"context": 64}}), "20261120T000000000000Z-text01", solo)
+        train_rank(lake, DATE, cfg.override({"text": {"context": 64}}), SOLO_RUN, solo)
+
+
+def test_stage_3_registers_builds_the_torch_variants_and_gates_them(trained, caplog):
+    from aigc.registry.loader import load_serving
+    from aigc.stages import DEPLOY, TRAIN
+
+    lake, cfg, _, summary = trained
+    TRAIN.finish(lake, cfg, summary)  # gate 2 (the smoke bar) and publication: stage 3's input
+    registered = DEPLOY.register(lake, DATE, cfg)
+    built = DEPLOY.build(lake, cfg, registered["version"])
+    assert set(built["variants"]) == {"fp32", "bf16"}  # int8 is an ONNX variant: the image workload's alone
+    assert "variant(s) ['int8'] not built: workload 'text' builds ['fp32', 'bf16']" in caplog.text
+    fp32, bf16 = built["variants"]["fp32"], built["variants"]["bf16"]
+    assert fp32["agreement_vs_fp32"] == 1.0 and 0.0 <= bf16["agreement_vs_fp32"] <= 1.0
+    assert bf16["size_vs_fp32"] == pytest.approx(0.5, abs=0.02) and fp32["latency_ms_b1"] > 0
+    gate = DEPLOY.gate(lake, cfg, {**registered, "date": DATE})
+    assert gate["success"] and "fp32" in gate["eligible_variants"]
+    assert ("bf16" in gate["eligible_variants"]) == (bf16["agreement_vs_fp32"] >= cfg.deploy_gate.min_text_agreement)
+    serving = load_serving(lake, "logs-gpt", "candidate", "fp32", "cpu", load_workload("text"))
+    prompts = ["Log a.\nItem 1: a small red circle at the top.\nItem 2:", "Log b.\nItem 1:"]
+    outputs = serving.generate(prompts, [0, 1])
+    assert len(outputs) == 2 and all(isinstance(o, str) and o for o in outputs)
+    assert serving.generate(prompts[::-1], [1, 0]) == outputs[::-1]  # the same output whatever the batch order

@@ -34,6 +34,28 @@ class ImageWorkload(Workload):
 
         return ImageRecordRules()
 
+    variant_kinds = ("fp32", "bf16", "pruned", "onnx", "int8")
+
+    def serving(self, card, variant, data, device, version):
+        from aigc.registry.loader import Generator, runner_for
+
+        runner, vocab, model_cfg, dtype = runner_for(card, variant, data, device)
+        return Generator(runner, vocab, model_cfg, version=version, variant=variant, device=device, dtype=dtype)
+
+    def smoke_prompts(self, n, seed):
+        from aigc.registry.deploy import smoke_prompts
+
+        return smoke_prompts(n, seed)[0]
+
+    def variant_checks(self, entry, thresholds):
+        return {"pixel_mae_vs_fp32": entry["pixel_mae_vs_fp32"] <= thresholds.max_pixel_mae,
+                "image_std": entry["image_std"] >= thresholds.min_image_std}
+
+    def build_variants(self, lake, model, version, cfg):
+        from aigc.registry.deploy import build_variants
+
+        return build_variants(lake, model, version, cfg.deploy)
+
     def make_raw_drop(self, raw, date, cfg):
         from aigc.prepare.rawdrop import make_raw_drop
 

@@ -17,13 +17,17 @@ class TextWorkload(Workload):
     description = "long documents → a decoder-only transformer with rotary positions and a KV cache"
     index_columns = ("bytes",)
     loss_title = "training: next-token cross-entropy (nats per token)"
-    stages = frozenset({"prepare", "train"})
+    stages = frozenset({"prepare", "train", "deploy"})
+    variant_kinds = ("fp32", "bf16")
 
     def config_overrides(self, preset):
         changes = {"model": {"name": "logs-gpt"}, "raw": {"source": "logs"}, "prepare": {"dataset": "logs"},
                    # the loss is nats per token (ln 512 ≈ 6.2 untrained): a bar a model that learnt the grammar meets
                    "train_gate": {"max_final_val_loss": 2.0},
-                   "train": {"batch_size": 16, "lr": 3e-3, "warmup_steps": 30}}
+                   "train": {"batch_size": 16, "lr": 3e-3, "warmup_steps": 30},
+                   "deploy": {"variants": "fp32,bf16", "smoke_prompts": 16, "latency_batch": 16, "latency_repeats": 3},
+                   # per prompt: prefill and up to new_tokens decoding steps, not one forward pass
+                   "deploy_gate": {"max_latency_ms": 2000.0}}
         if preset in ("demo", "smoke"):
             changes["raw"]["n"] = 400 if preset == "demo" else 120
             changes["curated_gate"] = {"min_rows": 200 if preset == "demo" else 50}
@@ -48,6 +52,24 @@ class TextWorkload(Workload):
         from aigc.workloads.text.training import TextTrainingTask
 
         return TextTrainingTask(lake, index, cfg)
+
+    def serving(self, card, variant, data, device, version):
+        from aigc.workloads.text.serving import TextServing
+
+        return TextServing(card, variant, data, device, version)
+
+    def smoke_prompts(self, n, seed):
+        from aigc.workloads.text.serving import smoke_prompts
+
+        return smoke_prompts(n, seed)
+
+    def measure_variant(self, outputs, baseline):
+        from aigc.workloads.text.serving import measure
+
+        return measure(outputs, baseline)
+
+    def variant_checks(self, entry, thresholds):
+        return {"agreement_vs_fp32": entry["agreement_vs_fp32"] >= thresholds.min_text_agreement}
 
     def records(self, cfg):
         from aigc.workloads.text.records import TextRecords

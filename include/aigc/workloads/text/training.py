@@ -94,7 +94,7 @@ class TextTrainingTask(TrainingTask):
         import dataclasses
 
         return {"model": {k: v for k, v in dataclasses.asdict(self.text).items()
-                          if k in ("vocab_size", "layers", "width", "heads", "context")},
+                          if k in ("vocab_size", "layers", "width", "heads", "context", "new_tokens")},
                 "tokenizer": self.data_state}
 
     def stats(self):

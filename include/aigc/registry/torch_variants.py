@@ -1,0 +1,69 @@
+"""Stage 3 for any workload whose model is a torch module: the torch variants of a version, measured.
+
+fp32, bf16 and pruned are encodings of a state dict (``variants.encode``), so they need nothing from the
+workload but a way to load and run them (``Workload.serving``); each variant answers the workload's
+smoke prompts, is measured against fp32 by the workload (``measure_variant``), and is timed at batch 1
+and at ``latency_batch``, every variant in turn in each round. Gate 3 (``quality/deploy.py``) judges.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+
+from aigc.lake import Lake
+from aigc.lake.keys import join
+from aigc.registry import variants
+from aigc.registry.loader import CARD, variant_key
+from aigc.registry.safeload import check_weights
+from aigc.registry.store import Registry, sha256
+
+log = logging.getLogger(__name__)
+
+
+def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dict:
+    """Build (or rebuild) the configured variants a workload supports; record each one's measurements."""
+    from aigc.registry.deploy import _latencies
+
+    d = cfg.deploy
+    registry = Registry(lake, model)
+    record = registry.get(ref)
+    version, prefix = record["version"], registry.version_prefix(record["version"])
+    card = lake.get_json(join(prefix, CARD))
+    fp32_bytes = lake.get_bytes(join(prefix, "model.safetensors"))
+    check_weights(fp32_bytes, record["weights_sha256"], lake.url(join(prefix, "model.safetensors")))
+    kinds = [k for k in d.variant_list if k in workload.variant_kinds and k not in variants.ONNX_KINDS]
+    skipped = [k for k in d.variant_list if k not in kinds]
+    if skipped:
+        log.warning("%s: variant(s) %s not built: workload %r builds %s", model, skipped, workload.name,
+                    [k for k in workload.variant_kinds if k not in variants.ONNX_KINDS])
+    prompts = workload.smoke_prompts(d.smoke_prompts, d.seed)
+    seeds = [d.seed + i for i in range(len(prompts))]
+    state = load_safetensors(fp32_bytes)
+    device = torch.device("cpu")
+    servings, built, baseline = {}, {}, None
+    for kind in ["fp32", *[k for k in kinds if k != "fp32"]]:
+        data = fp32_bytes if kind == "fp32" else save_safetensors(variants.encode(kind, state, sparsity=d.sparsity))
+        key = variant_key(prefix, kind)
+        if kind != "fp32":
+            lake.put_bytes(key, data)
+        serving = servings[kind] = workload.serving(card, kind, data, device, version)
+        outputs = serving.generate(prompts, seeds)
+        baseline = outputs if baseline is None else baseline
+        built[kind] = {"variant": kind, "weights": key, "weights_sha256": sha256(data), "size_bytes": len(data),
+                       "size_vs_fp32": round(len(data) / len(fp32_bytes), 4), "compute": variants.COMPUTE[kind],
+                       **workload.measure_variant(outputs, baseline), "smoke_prompts": len(prompts),
+                       "prompt_seed": d.seed, "threads": torch.get_num_threads()}
+    for kind, timing in _latencies(servings, prompts, seeds, d).items():
+        entry = built[kind]
+        entry.update(timing)
+        if kind != "fp32":
+            entry["latency_b1_vs_fp32"] = round(entry["latency_ms_b1"] / built["fp32"]["latency_ms_b1"], 3)
+        lake.put_json(join(prefix, "variants", kind, "variant.json"), entry)
+        log.info("%s %s %-6s %7.1f KiB (%.2f× fp32)  %.3f ms/sample at b1", model, version, kind,
+                 entry["size_bytes"] / 1024, entry["size_vs_fp32"], entry["latency_ms_b1"])
+    registry.update_record(version, variants={**record.get("variants", {}), **built})
+    return {"stage": "variants", "model": model, "version": version, "variants": built}

@@ -1,0 +1,68 @@
+"""The text workload's stage 3: a version's variant loaded to generate, its smoke prompts, and how a variant's
+continuations compare with fp32's."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import torch
+from safetensors.torch import load as load_safetensors
+
+from aigc.registry import variants
+from aigc.workloads.base import Serving
+from aigc.workloads.text.corpus import document
+from aigc.workloads.text.generate import generate_ids
+from aigc.workloads.text.model import TextLM
+from aigc.workloads.text.tokenizer import load_tokenizer, special_ids
+
+
+class TextServing(Serving):
+    """Prompts → greedy continuations of up to ``new_tokens`` tokens (a prompt keeps its last context − new
+    tokens: the model never sees positions it was not trained on)."""
+
+    def __init__(self, card: dict, variant: str, data: bytes, device: torch.device, version: str,
+                 new_tokens: int | None = None):
+        m = card["model"]
+        self.tokenizer = load_tokenizer(card["tokenizer"])
+        self.pad_id, self.eos_id = special_ids(self.tokenizer)
+        self.context, self.new_tokens = m["context"], new_tokens or m.get("new_tokens", 48)
+        state, dtype = variants.decode(variant, load_safetensors(data))
+        self.model = TextLM(self.tokenizer.get_vocab_size(), m["layers"], m["width"], m["heads"])
+        self.model.load_state_dict(state)
+        self.model.to(device=device, dtype=dtype).eval()
+        self.version, self.variant, self.device = version, variant, device
+
+    def prompt_ids(self, prompts: list[str]) -> list[list[int]]:
+        keep = max(1, self.context - self.new_tokens)
+        return [self.tokenizer.encode(p).ids[-keep:] or [self.eos_id] for p in prompts]
+
+    def generate(self, prompts, seeds):
+        out = generate_ids(self.model, self.prompt_ids(prompts), self.new_tokens, self.pad_id, self.eos_id)
+        return [self.tokenizer.decode(ids) for ids in out]
+
+
+def smoke_prompts(n: int, seed: int) -> list[str]:
+    """Log prefixes from the reference world ending at an item's number: a model that learnt the logs continues
+    with a scene."""
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(n):
+        lines = document(rng, rng.randint(3, 40), f"smoke{i}").split("\n")
+        cut = rng.randint(1, max(1, len([x for x in lines if x.startswith("Item")]) - 1))
+        prompts.append("\n".join(lines[: cut + 1]) + f"\nItem {cut + 1}:")
+    return prompts
+
+
+def agreement(output: str, baseline: str) -> float:
+    """The fraction of ``baseline`` that ``output`` reproduces before its first difference."""
+    if not baseline:
+        return 1.0 if not output else 0.0
+    return len(os.path.commonprefix([output, baseline])) / len(baseline)
+
+
+def measure(outputs: list[str], baseline: list[str]) -> dict:
+    return {"agreement_vs_fp32": round(sum(map(agreement, outputs, baseline)) / len(outputs), 4),
+            "exact_match_vs_fp32": round(sum(o == b for o, b in zip(outputs, baseline, strict=True)) / len(outputs), 4),
+            "mean_chars": round(sum(map(len, outputs)) / len(outputs), 1),
+            "distinct_outputs": round(len(set(outputs)) / len(outputs), 4)}
