@@ -191,7 +191,7 @@ class GenerateStage(Stage):
     def gate(self, lake, cfg, produced):
         from aigc.quality.generation import validate_generation
 
-        return validate_generation(lake, produced, cfg, cfg.generate_gate)
+        return validate_generation(lake, produced, cfg, cfg.generate_gate, _workload(cfg, self.name))
 
     def publish(self, lake, cfg, produced):
         from aigc.generate.run import publish_generations

@@ -27,21 +27,35 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from aigc.config import PipelineConfig
-from aigc.generate.prompts import load_prompts, make_demo_prompts, shard_ranges
+from aigc.generate.prompts import load_prompts, shard_ranges
 from aigc.generate.prompts import prompts_key as dated_prompts_key
 from aigc.lake import Lake
 from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
 from aigc.shapes import png_bytes
+from aigc.workloads import workload_of
 
 log = logging.getLogger(__name__)
-SCHEMA = pa.schema([
-    ("prompt_id", pa.string()), ("prompt", pa.string()), ("seed", pa.int64()), ("status", pa.string()),
-    ("reason", pa.string()), ("image", pa.binary()), ("width", pa.int32()), ("height", pa.int32()),
-    ("model_version", pa.string()), ("variant", pa.string()), ("latency_ms", pa.float64()),
-    ("batch_size", pa.int32()), ("cached", pa.bool_()),
-])
+_CORE_BEFORE = [("prompt_id", pa.string()), ("prompt", pa.string()), ("seed", pa.int64()), ("status", pa.string()),
+                ("reason", pa.string())]
+_CORE_AFTER = [("model_version", pa.string()), ("variant", pa.string()), ("latency_ms", pa.float64()),
+               ("batch_size", pa.int32()), ("cached", pa.bool_())]
+
+
+def generation_schema(workload) -> pa.Schema:
+    """One row per prompt: the core's columns around the workload's output columns."""
+    return pa.schema([*_CORE_BEFORE, *[(n, getattr(pa, t)()) for n, t in workload.output_columns], *_CORE_AFTER])
+
+
+def _image_workload():
+    from aigc.workloads import load_workload
+
+    return load_workload("image")
+
+
+SCHEMA = generation_schema(_image_workload())
+"""The image workload's generation table (``generation_schema`` of another workload for its own)."""
 MANIFEST = "_MANIFEST.json"
 DEMO_PROMPTS = "prompts.jsonl"  # a demo prompt set, in the generation run that drew it
 
@@ -75,7 +89,7 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run
     if demo_prompts and not prompts_key and not lake.exists(key):
         key = join(generation_prefix(cfg.model.name, date, run_id), DEMO_PROMPTS)
         if not lake.exists(key):  # a retry of this plan (same run id, same config) reuses its set
-            make_demo_prompts(lake, cfg.prepare.dataset, date, g, key)
+            workload_of(cfg).demo_prompts(lake, date.isoformat(), cfg, key)
     n = len(load_prompts(lake, key, g))
     return {"stage": "plan-generation", "date": date.isoformat(), "run_id": run_id, "model": cfg.model.name,
             "model_ref": ref, "version": record["version"], "variant": g.variant, "prompts": n, "prompts_key": key,
@@ -112,8 +126,6 @@ def gallery_png(images: list[bytes], captions: list[str], columns: int = 8, tile
 
 def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> dict:
     """Generate one shard's prompts (or return its ledger entry if a previous attempt finished it)."""
-    from aigc.generate.engine import ShardEngine
-
     prefix = generation_prefix(plan["model"], plan["date"], plan["run_id"])
     k = shard["shard"]
     ledger_key = join(prefix, f"_SHARD-{k:05d}.json")
@@ -123,15 +135,17 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> 
         return {**entry, "already_done": True}
     started = time.perf_counter()
     prompts = load_prompts(lake, plan["prompts_key"], cfg.generate)[shard["lo"]:shard["hi"]]
-    rows, report = ShardEngine(lake, plan, cfg).run(prompts)
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    workload = workload_of(cfg)
+    rows, report = workload.generate_shard(lake, plan, prompts, cfg)
+    table = pa.Table.from_pylist(rows, schema=generation_schema(workload))
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
     shard_key = join(prefix, f"shard-{k:05d}.parquet")
     lake.put_bytes(shard_key, buf.getvalue())
     shown = [r for r in rows if r["status"] == "generated"][: cfg.generate.gallery_images]
-    lake.put_bytes(join(prefix, f"gallery-{k:05d}.png"), gallery_png([r["image"] for r in shown],
-                                                                     [r["prompt"] for r in shown]))
+    name, preview = workload.gallery(shown)
+    stem, dot, suffix = name.rpartition(".")
+    lake.put_bytes(join(prefix, f"{stem}-{k:05d}{dot}{suffix}"), preview)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("generated", "refused")}
     entry = {"shard": k, "rows": len(rows), "prompt_ids_sha256": hashlib.sha256(
                  "\n".join(sorted(r["prompt_id"] for r in rows)).encode()).hexdigest(),
@@ -162,11 +176,14 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
                                f"({lake.url(key)}): it did not finish")
         entries.append(lake.get_json(key))
     per_shard = max(1, cfg.generate.gallery_images // len(entries))
+    workload = workload_of(cfg)
+    columns = ["prompt_id", "status", "prompt", *[n for n, _ in workload.output_columns]]
     shown = []
     for e in entries:
-        shown += [r for r in lake.read_parquet([e["key"]], columns=["status", "prompt", "image"]).to_pylist()
+        shown += [r for r in lake.read_parquet([e["key"]], columns=columns).to_pylist()
                   if r["status"] == "generated"][:per_shard]
-    lake.put_bytes(join(prefix, "gallery.png"), gallery_png([r["image"] for r in shown], [r["prompt"] for r in shown]))
+    gallery_name, preview = workload.gallery(shown)
+    lake.put_bytes(join(prefix, gallery_name), preview)
     manifest = {**{k: plan[k] for k in ("date", "run_id", "model", "version", "variant", "prompts")},
                 "model_ref": plan.get("model_ref"),
                 "prompts_key": plan["prompts_key"], "prompts_uri": lake.url(plan["prompts_key"]),
@@ -176,7 +193,7 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
     lake.put_json(join(prefix, MANIFEST), manifest)
     return {"stage": "generate", **{k: manifest[k] for k in ("date", "run_id", "model", "model_ref", "version",
                                                               "variant", "rows", "generated", "refused", "cached")},
-            "run_uri": lake.url(prefix), "gallery_uri": lake.url(join(prefix, "gallery.png"))}
+            "run_uri": lake.url(prefix), "gallery_uri": lake.url(join(prefix, gallery_name))}
 
 
 def publish_generations(lake: Lake, model: str, date: str | dt.date, run_id: str) -> dict:

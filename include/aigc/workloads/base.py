@@ -7,11 +7,10 @@ workload owns what does: how a curated row costs compute, how rows become tensor
 loss. A workload is chosen by name (``aigc.workloads.registry``): ``image`` is built in, a user's comes
 from an entry point of the ``aigc.workloads`` group or a ``module:attribute`` path.
 
-Stages 1 (``records``: record rules, the synthetic drop), 2 (``training_task``) and 3 (``serving`` and
-the variant hooks) run every workload through this interface today; the other stages' hooks (the
-generator's per-item cost and outputs for stage 4, the scorers and their checker for stage 5) are being
-moved onto it stage by stage (issue 18): until a stage has its hook, it runs the image workload's code
-and refuses any other workload by name (``Workload.require``).
+Stages 1 (``records``: record rules, the synthetic drop), 2 (``training_task``), 3 (``serving`` and the
+variant hooks) and 4 (``generate_shard`` and the output hooks) run every workload through this interface
+today; stage 5's hooks (the scorers and their checker) come next (issue 18): until a stage has its hook,
+it runs the image workload's code and refuses any other workload by name (``Workload.require``).
 """
 
 from __future__ import annotations
@@ -186,6 +185,30 @@ class Workload(ABC):
         from aigc.registry.torch_variants import build_torch_variants
 
         return build_torch_variants(lake, model, version, cfg, self)
+
+    # Stage 4: the core plans shards, keeps the ledger (exactly once), writes each shard's rows and gates them;
+    # a workload generates a shard's prompts (through the core's batcher and cache) and says what an output is.
+    output_columns: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """The generation table's output columns, as (name, Arrow type name: binary, string, large_string, int32,
+    float64), between the core's ``reason`` and ``model_version`` columns."""
+
+    def demo_prompts(self, lake: Lake, date: str, cfg: PipelineConfig, key: str) -> dict:
+        """Write a demo prompt set (JSONL of prompt_id, prompt, seed) at ``key`` when no prompt file was dropped."""
+        raise NotImplementedError(f"workload {self.name!r} has no demo prompts: drop a prompt file")
+
+    def generate_shard(self, lake: Lake, plan: dict, prompts: list[dict], cfg: PipelineConfig) -> tuple[list, dict]:
+        """One shard's rows (one per prompt, in order: the core's columns and ``output_columns``) and its batching
+        report. Refuse a prompt (status ``refused`` with a reason) rather than fail the shard."""
+        raise NotImplementedError(f"workload {self.name!r} cannot generate")
+
+    def gallery(self, rows: list[dict]) -> tuple[str, bytes]:
+        """(file name, bytes) of a preview of some generated rows: a grid of images, a page of texts."""
+        raise NotImplementedError(f"workload {self.name!r} has no gallery")
+
+    def generation_checks(self, rows: Any, cfg: PipelineConfig, thresholds: Any) -> tuple[Any, list, dict]:
+        """Gate 4 beyond the core's ledger checks: (the rows with columns to judge, expectations on the generated
+        rows, figures for the ledger table). ``rows`` is a pandas frame of the run's rows."""
+        return rows, [], {}
 
     def settings(self, cfg: PipelineConfig) -> dict[str, Any]:
         """The workload's own settings that define its model and data (beyond ``cfg.model``): a run resumes from a

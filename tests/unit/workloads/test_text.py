@@ -155,20 +155,37 @@ def test_the_core_loop_trains_the_text_model_and_resumes_only_with_the_same_sett
         train_rank(lake, DATE, cfg.override({"text": {"context": 64}}), SOLO_RUN, solo)
 
 
-def test_stage_3_registers_builds_the_torch_variants_and_gates_them(trained, caplog):
-    from aigc.registry.loader import load_serving
+@pytest.fixture(scope="module")
+def deployed(trained):
+    """The tiny model published by gate 2, registered, its variants built, gate 3 run."""
+    import logging
+
     from aigc.stages import DEPLOY, TRAIN
 
     lake, cfg, _, summary = trained
     TRAIN.finish(lake, cfg, summary)  # gate 2 (the smoke bar) and publication: stage 3's input
     registered = DEPLOY.register(lake, DATE, cfg)
-    built = DEPLOY.build(lake, cfg, registered["version"])
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("aigc.registry.torch_variants").addHandler(handler)
+    try:
+        built = DEPLOY.build(lake, cfg, registered["version"])
+    finally:
+        logging.getLogger("aigc.registry.torch_variants").removeHandler(handler)
+    gate = DEPLOY.gate(lake, cfg, {**registered, "date": DATE})
+    return lake, cfg, built, gate, [r.getMessage() for r in records]
+
+
+def test_stage_3_registers_builds_the_torch_variants_and_gates_them(deployed):
+    from aigc.registry.loader import load_serving
+
+    lake, cfg, built, gate, messages = deployed
     assert set(built["variants"]) == {"fp32", "bf16"}  # int8 is an ONNX variant: the image workload's alone
-    assert "variant(s) ['int8'] not built: workload 'text' builds ['fp32', 'bf16']" in caplog.text
+    assert any("variant(s) ['int8'] not built: workload 'text' builds ['fp32', 'bf16']" in m for m in messages)
     fp32, bf16 = built["variants"]["fp32"], built["variants"]["bf16"]
     assert fp32["agreement_vs_fp32"] == 1.0 and 0.0 <= bf16["agreement_vs_fp32"] <= 1.0
     assert bf16["size_vs_fp32"] == pytest.approx(0.5, abs=0.02) and fp32["latency_ms_b1"] > 0
-    gate = DEPLOY.gate(lake, cfg, {**registered, "date": DATE})
     assert gate["success"] and "fp32" in gate["eligible_variants"]
     assert ("bf16" in gate["eligible_variants"]) == (bf16["agreement_vs_fp32"] >= cfg.deploy_gate.min_text_agreement)
     serving = load_serving(lake, "logs-gpt", "candidate", "fp32", "cpu", load_workload("text"))
@@ -176,3 +193,32 @@ def test_stage_3_registers_builds_the_torch_variants_and_gates_them(trained, cap
     outputs = serving.generate(prompts, [0, 1])
     assert len(outputs) == 2 and all(isinstance(o, str) and o for o in outputs)
     assert serving.generate(prompts[::-1], [1, 0]) == outputs[::-1]  # the same output whatever the batch order
+
+
+def test_stage_4_answers_every_prompt_once_refuses_the_blocked_and_caches(deployed):
+    from aigc.generate.run import generation_rows
+    from aigc.stages import GENERATE
+
+    lake, cfg, *_ = deployed
+    cfg = cfg.override({"generate": {"prompts": 12, "blocked_prompts": 2, "shards": 2}})
+    plan = GENERATE.plan(lake, DATE, cfg, demo_prompts=True)
+    entries = [GENERATE.shard(lake, plan, shard, cfg) for shard in plan["shards"]]
+    assert GENERATE.shard(lake, plan, plan["shards"][0], cfg)["already_done"]  # a retried shard writes nothing
+    produced = GENERATE.finish_run(lake, plan, cfg)
+    assert produced["rows"] == 14 and produced["generated"] == 12 and produced["refused"] == 2
+    assert produced["gallery_uri"].endswith("samples.md") and sum(e["rows"] for e in entries) == 14
+    gated = GENERATE.finish(lake, cfg, produced)
+    assert gated["gate_result"]["success"] and not gated["published"]  # a candidate's run waits for gate 5
+    manifest = lake.get_json(f"generations/logs-gpt/dt={DATE}/run={plan['run_id']}/_MANIFEST.json")
+    rows = generation_rows(lake, manifest).to_pylist()
+    assert sorted(r["prompt_id"] for r in rows) == [f"p-{i:06d}" for i in range(14)]
+    for r in rows:
+        if r["status"] == "refused":
+            assert r["text"] is None and "blocked term" in r["reason"]
+        else:
+            assert isinstance(r["text"], str) and 0 <= r["new_tokens"] <= cfg.text.new_tokens
+            assert r["prompt_tokens"] <= cfg.text.context - cfg.text.new_tokens  # kept its last tokens only
+    again = GENERATE.plan(lake, DATE, cfg, demo_prompts=True, prompts_key=plan["prompts_key"])
+    for shard in again["shards"]:
+        GENERATE.shard(lake, again, shard, cfg)
+    assert GENERATE.finish_run(lake, again, cfg)["cached"] == 12  # the same prompts: every output from the cache

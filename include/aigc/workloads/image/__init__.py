@@ -56,6 +56,28 @@ class ImageWorkload(Workload):
 
         return build_variants(lake, model, version, cfg.deploy)
 
+    output_columns = (("image", "binary"), ("width", "int32"), ("height", "int32"))
+
+    def demo_prompts(self, lake, date, cfg, key):
+        from aigc.generate.prompts import make_demo_prompts
+
+        return make_demo_prompts(lake, cfg.prepare.dataset, date, cfg.generate, key)
+
+    def generate_shard(self, lake, plan, prompts, cfg):
+        from aigc.generate.engine import ShardEngine
+
+        return ShardEngine(lake, plan, cfg).run(prompts)
+
+    def gallery(self, rows):
+        from aigc.generate.run import gallery_png
+
+        return "gallery.png", gallery_png([r["image"] for r in rows], [r["prompt"] for r in rows])
+
+    def generation_checks(self, rows, cfg, thresholds):
+        from aigc.quality.generation import image_checks
+
+        return image_checks(rows, cfg, thresholds)
+
     def make_raw_drop(self, raw, date, cfg):
         from aigc.prepare.rawdrop import make_raw_drop
 

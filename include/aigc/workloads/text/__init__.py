@@ -17,7 +17,7 @@ class TextWorkload(Workload):
     description = "long documents → a decoder-only transformer with rotary positions and a KV cache"
     index_columns = ("bytes",)
     loss_title = "training: next-token cross-entropy (nats per token)"
-    stages = frozenset({"prepare", "train", "deploy"})
+    stages = frozenset({"prepare", "train", "deploy", "generate"})
     variant_kinds = ("fp32", "bf16")
 
     def config_overrides(self, preset):
@@ -27,7 +27,8 @@ class TextWorkload(Workload):
                    "train": {"batch_size": 16, "lr": 3e-3, "warmup_steps": 30},
                    "deploy": {"variants": "fp32,bf16", "smoke_prompts": 16, "latency_batch": 16, "latency_repeats": 3},
                    # per prompt: prefill and up to new_tokens decoding steps, not one forward pass
-                   "deploy_gate": {"max_latency_ms": 2000.0}}
+                   "deploy_gate": {"max_latency_ms": 2000.0},
+                   "generate": {"variant": "fp32", "prompts": 64, "shards": 2}}
         if preset in ("demo", "smoke"):
             changes["raw"]["n"] = 400 if preset == "demo" else 120
             changes["curated_gate"] = {"min_rows": 200 if preset == "demo" else 50}
@@ -70,6 +71,32 @@ class TextWorkload(Workload):
 
     def variant_checks(self, entry, thresholds):
         return {"agreement_vs_fp32": entry["agreement_vs_fp32"] >= thresholds.min_text_agreement}
+
+    output_columns = (("text", "large_string"), ("prompt_tokens", "int32"), ("new_tokens", "int32"))
+
+    def demo_prompts(self, lake, date, cfg, key):
+        from aigc.workloads.text.serving import demo_prompts
+
+        return demo_prompts(lake, date, cfg, key)
+
+    def generate_shard(self, lake, plan, prompts, cfg):
+        from aigc.workloads.text.engine import run_shard
+
+        return run_shard(lake, plan, prompts, cfg, self)
+
+    def gallery(self, rows):
+        from aigc.workloads.text.serving import samples_page
+
+        return "samples.md", samples_page(rows)
+
+    def generation_checks(self, rows, cfg, thresholds):
+        import great_expectations.expectations as gxe
+
+        generated = rows[rows["status"] == "generated"]
+        empty = float((generated["text"].str.strip() == "").mean()) if len(generated) else 0.0
+        return rows, [gxe.ExpectColumnValuesToBeBetween(column="new_tokens", min_value=0,
+                                                        max_value=cfg.text.new_tokens)], \
+            {"empty_fraction": (empty, thresholds.max_blank_fraction)}
 
     def records(self, cfg):
         from aigc.workloads.text.records import TextRecords

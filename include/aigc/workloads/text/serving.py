@@ -66,3 +66,35 @@ def measure(outputs: list[str], baseline: list[str]) -> dict:
             "exact_match_vs_fp32": round(sum(o == b for o, b in zip(outputs, baseline, strict=True)) / len(outputs), 4),
             "mean_chars": round(sum(map(len, outputs)) / len(outputs), 1),
             "distinct_outputs": round(len(set(outputs)) / len(outputs), 4)}
+
+
+def demo_prompts(lake, date: str, cfg, key: str) -> dict:
+    """A demo prompt set at ``key``: log prefixes of the reference world ending at an item's number, long-tailed
+    from one item (≈ 16 tokens) to 400 (≈ 4,500 tokens), and a few with blocked terms, which must be refused."""
+    import json
+
+    from aigc.generate.prompts import _blocked_terms
+
+    g = cfg.generate
+    rng = random.Random(f"{g.seed}/{date}")
+    rows = []
+    for i in range(g.prompts):
+        items = max(1, min(400, round(2.0 ** rng.uniform(0, 8.65))))  # log-uniform: as many short as long
+        lines = document(rng, items + 1, f"p{i}").split("\n")[: items + 1]
+        rows.append("\n".join(lines) + f"\nItem {items + 1}:")
+    terms = _blocked_terms()
+    rows += [f"Log b{i}.\nItem 1: a {rng.choice(terms)} scene.\nItem 2:" for i in range(g.blocked_prompts)]
+    records = [{"prompt_id": f"p-{i:06d}", "prompt": p, "seed": g.seed + i} for i, p in enumerate(rows)]
+    rng.shuffle(records)
+    lake.put_bytes(key, "".join(json.dumps(r) + "\n" for r in records).encode())
+    return {"prompts_uri": lake.url(key), "prompts": len(records), "blocked": g.blocked_prompts}
+
+
+def samples_page(rows: list[dict]) -> bytes:
+    """A Markdown page of generated texts: each prompt's last line and what the model wrote after it."""
+    parts = ["# Generated samples\n"]
+    for r in rows:
+        tail = r["prompt"].rsplit("\n", 1)[-1]
+        parts.append(f"## {r.get('prompt_id', '')} ({r.get('prompt_tokens')} prompt tokens)\n\n"
+                     f"```\n…{tail}{r['text']}\n```\n")
+    return "\n".join(parts).encode()
