@@ -32,7 +32,7 @@ export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT ?= 7200
 .PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench lint clean
 
 help:
-	@echo "make demo     - set up, then run the pipeline DAG for $(DEMO_DATE) on the local lake"
+	@echo "make demo     - set up, then run the pipeline DAG for $(DEMO_DATE) on the local lake (WORKLOAD=text: the text workload)"
 	@echo "make test     - set up, then the whole test suite (unit, DAG, S3 server, end to end)"
 	@echo "make test-reliability - the fault-injection suite alone (S3 faults through a proxy, lost replies)"
 	@echo "make airflow  - the Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) (login printed)"
@@ -62,8 +62,10 @@ install: $(AIRFLOW_HOME)/.pools
 
 # Progress on the console (tasks, training, gates); the full task log in $(AIRFLOW_HOME)/demo.log;
 # `aigc status` at the end whether the run passed or failed.
+# WORKLOAD=text: the text workload's five stages instead of the image workload's.
+WORKLOAD ?= image
 demo: install
-	$(BIN)/python -m aigc.devtools.demo --date $(DEMO_DATE) --log $(AIRFLOW_HOME)/demo.log
+	$(BIN)/python -m aigc.devtools.demo --date $(DEMO_DATE) --workload $(WORKLOAD) --log $(AIRFLOW_HOME)/demo.log
 
 demo-s3: install
 	$(BIN)/python -m aigc.devtools.s3demo --date $(DEMO_DATE)

@@ -211,7 +211,7 @@ def _version(record: dict, aliases: dict) -> dict:
     eligible = smoke.get("eligible_variants")
     variants = {
         name: {"size_bytes": v.get("size_bytes"), "latency_ms_b1": v.get("latency_ms_b1"),
-               "pixel_mae_vs_fp32": v.get("pixel_mae_vs_fp32"),
+               "pixel_mae_vs_fp32": v.get("pixel_mae_vs_fp32"), "agreement_vs_fp32": v.get("agreement_vs_fp32"),
                "eligible": None if eligible is None else name in eligible}  # None: gate 3 has not judged it
         for name, v in sorted(record.get("variants", {}).items())
     }

@@ -163,7 +163,7 @@ def cmd_registry(args: argparse.Namespace) -> dict:
     else:
         doc = registry.aliases()
     versions = [{k: v.get(k) for k in ("version", "date", "registered_at", "weights_sha256", "training")}
-                | {"variants": {n: {m: e.get(m) for m in ("size_bytes", "latency_ms_b1", "pixel_mae_vs_fp32")}
+                | {"variants": {n: {m: e[m] for m in _VARIANT_FIGURES if m in e}
                                 for n, e in v.get("variants", {}).items()},
                    "eligible_variants": (v.get("smoke_test") or {}).get("eligible_variants")}
                 for v in registry.versions()]
@@ -271,12 +271,16 @@ def _registry_status(lake, model: str) -> dict:
         record = registry.get("candidate")
     except VersionNotFound:
         return out
-    out["candidate_variants"] = {k: {m: v[m] for m in ("size_bytes", "latency_ms_b1", "pixel_mae_vs_fp32")}
+    out["candidate_variants"] = {k: {m: v[m] for m in _VARIANT_FIGURES if m in v}
                                  for k, v in record.get("variants", {}).items()}
     out["eligible_variants"] = (record.get("smoke_test") or {}).get("eligible_variants")
     log.info("registry %s: aliases %s; candidate %s variants %s, eligible after gate 3: %s", model, aliases,
              record["version"], sorted(out["candidate_variants"]), out["eligible_variants"])
     return out
+
+
+_VARIANT_FIGURES = ("size_bytes", "latency_ms_b1", "pixel_mae_vs_fp32", "agreement_vs_fp32")
+"""What status and registry list show of a variant: its size, speed and the workload's agreement with fp32."""
 
 
 def _model_status(catalog, date: str) -> dict | None:

@@ -206,15 +206,12 @@ class EvaluateStage(Stage):
     name, gate_name = "evaluate", "evaluation"
 
     def produce(self, lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) -> dict:
-        from aigc.evaluate.run import evaluate
-
-        _require(cfg, self.name)
-        return evaluate(lake, generation, cfg, run_id=run_id)
+        return _workload(cfg, self.name).evaluate(lake, generation, cfg, run_id)
 
     def gate(self, lake, cfg, produced):
         from aigc.quality.evaluation import validate_evaluation
 
-        return validate_evaluation(lake, produced, cfg.evaluate_gate)
+        return validate_evaluation(lake, produced, cfg.evaluate_gate, _workload(cfg, self.name))
 
     def publish(self, lake, cfg, produced):
         from aigc.quality.evaluation import promote_and_publish

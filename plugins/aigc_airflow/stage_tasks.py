@@ -252,8 +252,10 @@ def deploy_tasks():
 
             _context, cfg, lake, _date = run_config()
             built = DEPLOY.build(lake, cfg, registered["version"])
-            keep = ("size_bytes", "latency_ms_b1", "pixel_mae_vs_fp32")  # XCom: numbers, not weights
-            return {**built, "variants": {k: {m: v[m] for m in keep} for k, v in built["variants"].items()}}
+            # XCom: each variant's figures (size, latency, the workload's agreement with fp32 …), not its weights.
+            figures = {k: {m: x for m, x in v.items() if isinstance(x, int | float) and not isinstance(x, bool)}
+                       for k, v in built["variants"].items()}
+            return {**built, "variants": figures}
 
         registered = register_model()
         gate = QualityGateOperator(task_id="gate_deploy", gate="deploy", prepared=registered,

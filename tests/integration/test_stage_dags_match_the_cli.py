@@ -62,20 +62,21 @@ def test_each_stage_publishes_the_same_objects_from_the_cli_and_from_its_dag(air
     assert cli_lake.list("leases") == dag_lake.list("leases") == []
 
 
-def test_the_text_workload_chosen_in_the_form_runs_the_same_stages_as_the_cli(airflow_env, tmp_path, capsys):  # noqa: F811
-    """The DAG Param ``workload`` reaches the core as ``--workload`` does: stages 1 and 2 of the text workload."""
-    cli_lake, dag_lake = open_lake(str(tmp_path / "cli")), open_lake(str(tmp_path / "dag"))
-    env = {**airflow_env, "AIGC_LAKE_URI": dag_lake.uri}
-    common = ["--preset", "smoke", "--workload", "text", "--lake", cli_lake.uri, "--date", DATE]
-    assert main(["make-raw", *common]) == 0
+def test_the_text_workload_chosen_in_the_form_runs_all_five_stages(airflow_env, tmp_path):  # noqa: F811
+    """The trigger form's ``workload`` reaches every stage: aigc_pipeline (what ``make demo WORKLOAD=text`` runs)
+    takes the text workload through gates 1–5 to publication and promotion."""
+    lake = open_lake(str(tmp_path / "dag"))
+    env = {**airflow_env, "AIGC_LAKE_URI": lake.uri}
     artifacts = ROOT / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
-    for stage in ("prepare", "train"):
-        assert main([stage, *common]) == 0, capsys.readouterr().err[-3000:]
-        log = artifacts / f"stage-dag-text-{stage}-{uuid.uuid4().hex[:6]}.log"
-        rc = run_dag_test(DATE, {"preset": "smoke", "workload": "text"}, env, log, out=io.StringIO(), timeout_s=600,
-                          dag_id=f"aigc_{stage}")
-        assert rc == 0 and "state=failed" not in log.read_text(), log.read_text()[-4000:]
-        assert published(cli_lake) == published(dag_lake), stage
-    assert f"training/logs-gpt/dt={DATE}/_PUBLISHED.json" in published(dag_lake)
-    assert f"curated/logs/dt={DATE}/_PUBLISHED.json" in published(dag_lake)
+    log = artifacts / f"pipeline-text-{uuid.uuid4().hex[:6]}.log"
+    rc = run_dag_test(DATE, {"preset": "smoke", "workload": "text"}, env, log, out=io.StringIO(), timeout_s=900)
+    assert rc == 0 and "state=failed" not in log.read_text(), log.read_text()[-4000:]
+    state = published(lake)
+    for partition in ("curated/logs", "training/logs-gpt", "generations/logs-gpt", "evaluations/logs-gpt"):
+        assert f"{partition}/dt={DATE}/_PUBLISHED.json" in state, partition
+    assert state["models/logs-gpt/aliases.json"]["production"] == "v0001"
+    pointer = lake.get_json(f"evaluations/logs-gpt/dt={DATE}/_PUBLISHED.json")
+    metrics = lake.get_json(f"{pointer['run_prefix']}/metrics.json")
+    assert metrics["workload"] == "text" and metrics["gates"]["evaluation"]["success"]
+    assert not lake.list(f"curated/shapes/dt={DATE}")  # nothing of the image workload's

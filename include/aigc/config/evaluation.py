@@ -83,8 +83,12 @@ class EvaluationGateThresholds:
     """Alignment may not fall more than this below the current production model's on the same prompts
     and seeds: fails when the paired interval says the fall is larger."""
 
+    max_perplexity: float = 1e9
+    """Text workloads: held-out perplexity (per token) may not be significantly above this."""
+
     def __post_init__(self) -> None:
         _check_range(self, "min_alignment", 0.0, 1.0)
+        _check_range(self, "max_perplexity", 1.0, 1e12)
         _check_range(self, "min_checker_accuracy", 0.0, 1.0)
         _check_range(self, "max_fid", 0.0, 1e9)
         _check_range(self, "max_regression", 0.0, 1.0)

@@ -78,8 +78,9 @@ def run_dag_test(date: str, conf: dict, env: dict, log: Path, out: TextIO = sys.
     return proc.returncode
 
 
-def status(date: str, env: dict) -> int:
-    return subprocess.run([str(Path(sys.executable).parent / "aigc"), "status", "--date", date], env=env).returncode
+def status(date: str, env: dict, workload: str = "image") -> int:
+    return subprocess.run([str(Path(sys.executable).parent / "aigc"), "status", "--date", date, "--workload", workload],
+                          env=env).returncode
 
 
 def main() -> int:
@@ -87,10 +88,11 @@ def main() -> int:
     ap.add_argument("--date", required=True)
     ap.add_argument("--log", type=Path, required=True, help="the full task log")
     ap.add_argument("--preset", default="demo")
+    ap.add_argument("--workload", default="image", help="image (default) or text, or any workload's name")
     args = ap.parse_args()
     env = dict(os.environ)
-    code = run_dag_test(args.date, {"preset": args.preset}, env, args.log)
-    status(args.date, env)  # the summary, on failure too: which gate failed and where its report is
+    code = run_dag_test(args.date, {"preset": args.preset, "workload": args.workload}, env, args.log)
+    status(args.date, env, args.workload)  # the summary, on failure too: which gate failed and where its report is
     if code:
         print(f"demo failed: the lines above say which task and gate; full log in {args.log}", file=sys.stderr)
     return code

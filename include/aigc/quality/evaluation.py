@@ -20,7 +20,6 @@ import pandas as pd
 
 from aigc.config import EvaluationGateThresholds, PipelineConfig
 from aigc.config.form import how_to_set
-from aigc.evaluate.report import write_report
 from aigc.evaluate.run import evaluation_prefix
 from aigc.lake import Lake
 from aigc.lake.keys import join, partition, run_prefix
@@ -144,12 +143,16 @@ def promotion(metrics: dict, t: EvaluationGateThresholds) -> dict:
         f"{t.max_regression:g} (production − {version}: {figure})")}
 
 
-def validate_evaluation(lake: Lake, evaluated: dict, thresholds: EvaluationGateThresholds) -> dict:
+def validate_evaluation(lake: Lake, evaluated: dict, thresholds: EvaluationGateThresholds, workload=None) -> dict:
+    """Gate 5 on an evaluation run, by ``workload``'s checks (default: the image workload's, ``checks``)."""
     import great_expectations.expectations as gxe
 
+    from aigc.workloads import load_workload
+
+    workload = workload or load_workload("image")
     prefix = evaluation_prefix(evaluated["model"], evaluated["date"], evaluated["run_id"])
     metrics = lake.get_json(join(prefix, "metrics.json"))
-    judged = checks(metrics, thresholds)
+    judged = workload.evaluation_checks(metrics, thresholds)
     row = pd.DataFrame([{c.column: c.bound for c in judged}])
     expectations = [gxe.ExpectColumnValuesToBeBetween(column=c.column, min_value=c.threshold) if c.at_least else
                     gxe.ExpectColumnValuesToBeBetween(column=c.column, max_value=c.threshold) for c in judged]
@@ -162,8 +165,9 @@ def validate_evaluation(lake: Lake, evaluated: dict, thresholds: EvaluationGateT
     lake.put_json(join(prefix, "metrics.json"), metrics)
     registry = Registry(lake, evaluated["model"])
     pareto = lake.get_json(join(prefix, "pareto.json"))
-    write_report(lake, prefix, metrics, pareto["points"], pareto["front"], registry.get(evaluated["version"]),
-                 {"model": evaluated["model"], "date": evaluated["date"], "run_id": evaluated["generation_run"]})
+    generation = {"model": evaluated["model"], "date": evaluated["date"], "run_id": evaluated["generation_run"]}
+    workload.write_report(lake, prefix, metrics, pareto["points"], pareto["front"], registry.get(evaluated["version"]),
+                          generation)
     if not result["success"]:
         raise GateFailed(GATE, result["failures"], result["result_uri"],
                          report_uri=lake.url(join(prefix, "report.html")))

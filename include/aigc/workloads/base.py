@@ -7,10 +7,10 @@ workload owns what does: how a curated row costs compute, how rows become tensor
 loss. A workload is chosen by name (``aigc.workloads.registry``): ``image`` is built in, a user's comes
 from an entry point of the ``aigc.workloads`` group or a ``module:attribute`` path.
 
-Stages 1 (``records``: record rules, the synthetic drop), 2 (``training_task``), 3 (``serving`` and the
-variant hooks) and 4 (``generate_shard`` and the output hooks) run every workload through this interface
-today; stage 5's hooks (the scorers and their checker) come next (issue 18): until a stage has its hook,
-it runs the image workload's code and refuses any other workload by name (``Workload.require``).
+Every stage runs every workload through this interface: 1 (``records``: record rules, the synthetic
+drop), 2 (``training_task``), 3 (``serving`` and the variant hooks), 4 (``generate_shard`` and the output
+hooks) and 5 (``evaluate``, ``evaluation_checks``, ``write_report``). A workload lists the stages it
+provides (``stages``); a stage it lacks is refused by name (``Workload.require``).
 """
 
 from __future__ import annotations
@@ -209,6 +209,23 @@ class Workload(ABC):
         """Gate 4 beyond the core's ledger checks: (the rows with columns to judge, expectations on the generated
         rows, figures for the ledger table). ``rows`` is a pandas frame of the run's rows."""
         return rows, [], {}
+
+    # Stage 5: the workload measures the day's content and its configurations (its scorers, the checker that
+    # judges them, intervals on every figure) and names gate 5's checks; the core runs the gate, publishes and
+    # promotes (champion and challenger on the paired interval the workload recorded).
+    def evaluate(self, lake: Lake, generation: dict, cfg: PipelineConfig, run_id: str) -> dict:
+        """Write the evaluation run (``metrics.json`` with ``intervals``, ``pareto.json``, the review queue, the
+        report) for a generation run; return its summary (``alignment``, ``recommended`` …)."""
+        raise NotImplementedError(f"workload {self.name!r} cannot evaluate")
+
+    def evaluation_checks(self, metrics: dict, thresholds: Any) -> list:
+        """Gate 5's checks (``aigc.quality.evaluation.Check``) on an evaluation's metrics."""
+        raise NotImplementedError(f"workload {self.name!r} has no gate 5 checks")
+
+    def write_report(self, lake: Lake, prefix: str, metrics: dict, points: list, front: list, record: dict,
+                     generation: dict) -> str:
+        """(Re)write the evaluation's report.html, with gate 5's verdict once ``metrics`` has it."""
+        raise NotImplementedError(f"workload {self.name!r} has no report")
 
     def settings(self, cfg: PipelineConfig) -> dict[str, Any]:
         """The workload's own settings that define its model and data (beyond ``cfg.model``): a run resumes from a

@@ -134,8 +134,11 @@ def _registry_of_day(day: dict) -> Html:
 def _version_block(v: dict) -> Html:
     title = concat([tag("strong", v["version"]), " ", esc(", ".join(v["aliases"]) or "no alias"),
                     " · registered ", esc(v["registered_at"])])
+    # Agreement with fp32 is the workload's own figure: pixel MAE for images, the share of fp32's text reproduced.
     variants = table([{"variant": name, "size (bytes)": x["size_bytes"], "latency b1 (ms)": x["latency_ms_b1"],
-                       "pixel MAE vs fp32": x["pixel_mae_vs_fp32"], "eligible": _eligible(x["eligible"])}
+                       **({"pixel MAE vs fp32": x["pixel_mae_vs_fp32"]} if x.get("pixel_mae_vs_fp32") is not None else
+                          {"agreement vs fp32": x.get("agreement_vs_fp32")}),
+                       "eligible": _eligible(x["eligible"])}
                       for name, x in v["variants"].items()], empty="no variants built yet")
     return concat([tag("p", title), variants])
 

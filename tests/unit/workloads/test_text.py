@@ -222,3 +222,49 @@ def test_stage_4_answers_every_prompt_once_refuses_the_blocked_and_caches(deploy
     for shard in again["shards"]:
         GENERATE.shard(lake, again, shard, cfg)
     assert GENERATE.finish_run(lake, again, cfg)["cached"] == 12  # the same prompts: every output from the cache
+
+
+def test_the_checker_judges_lines_numbers_and_recalled_facts():
+    from aigc.workloads.text.checker import judge, recall_right
+
+    log = "Log a.\nItem 1: a small red circle at the top.\nItem 2: a large blue square on the left.\nItem 3:"
+    good = judge(log, " a medium green triangle in the center.\nRecall: item 1 is a small red circle at the top.\nIt")
+    assert good["valid"] and good["lines"] == 2 and good["recalls_right"] == 1  # the cut-off line is not judged
+    assert not judge(log, " a medium green hexagon in the center.\n")["valid"]  # not a scene of the grammar
+    assert not judge(log, " a medium green triangle in the center.\nItem 5: a small red circle at the top.\n")[
+        "valid"]  # item 4 comes next
+    wrong_fact = " a medium green triangle in the center.\nRecall: item 2 is a small red circle at the top.\n"
+    assert not judge(log, wrong_fact)["valid"]
+    assert not judge(log, " a medium green tri")["valid"]  # nothing complete: nothing shown to be right
+    probe = log.rsplit("\n", 1)[0] + "\nRecall: item 2 is"
+    assert recall_right(probe, " a large blue square on the left.\nItem 3")
+    assert not recall_right(probe, " a small red circle at the top.")
+
+
+def test_stage_5_measures_with_intervals_gates_and_promotes(deployed):
+    from aigc.stages import EVALUATE, GENERATE
+
+    lake, cfg, *_ = deployed
+    cfg = cfg.override({"generate": {"prompts": 10, "blocked_prompts": 2, "shards": 1},
+                        "evaluate": {"eval_prompts": 16, "latency_prompts": 4, "latency_rounds": 2}})
+    plan = GENERATE.plan(lake, DATE, cfg, demo_prompts=True)
+    GENERATE.shard(lake, plan, plan["shards"][0], cfg)
+    produced = GENERATE.finish_run(lake, plan, cfg)
+    evaluated = EVALUATE.produce(lake, produced, cfg, run_id="20261120T010000000000Z-eval01")
+    metrics = lake.get_json(f"evaluations/logs-gpt/dt={DATE}/run=20261120T010000000000Z-eval01/metrics.json")
+    iv = metrics["intervals"]
+    assert iv["alignment"]["n"] == 10 and iv["alignment"]["lo"] <= metrics["alignment"]["all"] <= iv["alignment"]["hi"]
+    assert iv["perplexity"]["lo"] <= metrics["perplexity"] <= iv["perplexity"]["hi"] and metrics["perplexity"] > 1
+    assert set(metrics["recall"]) == {"512", "2048", "4096"} and metrics["recall"]["4096"]["beyond_context"]
+    assert metrics["safety_violations"] == 0 and metrics["review"]["queued"] > 0
+    assert evaluated["recommended"]["variant"] in ("fp32", "bf16") and metrics["eval_prompts"] == 16
+    done = EVALUATE.finish(lake, cfg, evaluated)  # the smoke bars: validity ≥ 0, perplexity ≤ 10⁶
+    assert done["gate_result"]["success"] and done["promoted"] and done["production"] == "v0001"
+    checks = {c["check"]: c for c in lake.get_json(
+        f"evaluations/logs-gpt/dt={DATE}/run=20261120T010000000000Z-eval01/metrics.json")["gates"]["evaluation"]["checks"]}
+    assert set(checks) == {"content_alignment", "model_alignment", "perplexity", "safety_violations"}
+    strict = cfg.override({"evaluate_gate": {"max_perplexity": 1.0001}})  # no model of this size is that sure
+    from aigc.quality.gate import GateFailed
+
+    with pytest.raises(GateFailed, match="held-out perplexity is .* significantly above the maximum 1.0001"):
+        EVALUATE.gate(lake, strict, evaluated)

@@ -78,6 +78,21 @@ class ImageWorkload(Workload):
 
         return image_checks(rows, cfg, thresholds)
 
+    def evaluate(self, lake, generation, cfg, run_id):
+        from aigc.evaluate.run import evaluate
+
+        return evaluate(lake, generation, cfg, run_id=run_id)
+
+    def evaluation_checks(self, metrics, thresholds):
+        from aigc.quality.evaluation import checks
+
+        return checks(metrics, thresholds)
+
+    def write_report(self, lake, prefix, metrics, points, front, record, generation):
+        from aigc.evaluate.report import write_report
+
+        return write_report(lake, prefix, metrics, points, front, record, generation)
+
     def make_raw_drop(self, raw, date, cfg):
         from aigc.prepare.rawdrop import make_raw_drop
 
