@@ -1,6 +1,8 @@
 """A workload from outside include/aigc, installed as a user installs theirs (an entry point of the
-aigc.workloads group), prepared by the pipeline's own stage 1 (its record rules, the core's dedup and
-quarantine, gate 1) and trained by its stage 2 (torchrun, gate 2), each published.
+aigc.workloads group), through the pipeline's five stages: prepared (its record rules, the core's dedup
+and quarantine, gate 1), trained (torchrun, gate 2), deployed (the core's torch variants, gate 3),
+generated (the core's engine, cache and ledger, gate 4) and evaluated by its checker (the core's scored
+evaluation, gate 5), published and promoted.
 
 The stages that have no workload hooks yet (issue 18 moves them one by one) refuse it by name."""
 
@@ -44,7 +46,7 @@ def aigc(site: Path, *args: str) -> tuple[int, dict, str]:
     return done.returncode, json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
-def test_an_installed_workload_is_prepared_trained_gated_and_published_by_the_core(site, tmp_path):
+def test_an_installed_workload_runs_through_the_five_stages_of_the_core(site, tmp_path):
     lake = LocalLake(tmp_path / "lake")
     days = [(dt.date.fromisoformat(DATE) - dt.timedelta(days=back)).isoformat() for back in (1, 0)]
     for day in days:  # two days of the training window: the workload's synthetic drop, then stage 1 and gate 1
@@ -77,10 +79,28 @@ def test_an_installed_workload_is_prepared_trained_gated_and_published_by_the_co
     assert list(metrics.columns[:4]) == ["step", "epoch", "loss", "mae"]  # the workload's loss part, logged
     assert metrics["mae"].iloc[-1] < metrics["mae"].iloc[1]
 
+    rc, out, err = aigc(site, "deploy", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE)
+    assert rc == 0 and out["version"] == "v0001" and "fp32" in out["eligible_variants"], err[-3000:]
+    assert out["variants"]["bf16"]["max_abs_diff_vs_fp32"] >= 0  # its own comparison with fp32
+    rc, out, err = aigc(site, "generate", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE,
+                        "--demo-prompts")
+    assert rc == 0 and out["rows"] == 41 and out["generated"] == 40 and out["refused"] == 1, err[-3000:]
+    assert not out["published"]  # a candidate's content waits for gate 5
+    rc, out, err = aigc(site, "evaluate", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE)
+    assert rc == 0 and out["published"] and out["promoted"] and out["production"] == "v0001", err[-3000:]
+    assert out["alignment"] >= 0.9  # its checker: predictions within 0.5 of the rule's sum
+    evaluation = lake.get_json(join(resolve(lake, partition("evaluations", "tiny-sum-mlp", DATE))["run_prefix"],
+                                    "metrics.json"))
+    iv = evaluation["intervals"]["alignment"]
+    assert evaluation["workload"] == "tiny-sum" and iv["n"] == 40 and iv["lo"] <= iv["value"] <= iv["hi"]
+    assert evaluation["gates"]["evaluation"]["success"] and len(evaluation["recommended"]) > 0
+
 
 def test_a_stage_the_workload_has_no_hooks_for_refuses_it_by_name(site, tmp_path):
-    rc, out, err = aigc(site, "deploy", "--workload", "tiny-sum", "--lake", str(tmp_path / "lake"), "--date", DATE)
-    assert rc == 1 and "workload 'tiny-sum' provides stage(s) ['prepare', 'train'], not 'deploy'" in out["error"]
+    rc, out, err = aigc(site, "deploy", "--workload", "aigc_tiny_sum:TrainOnly", "--lake", str(tmp_path / "lake"),
+                        "--date", DATE)
+    assert rc == 1 and "workload 'tiny-sum-trainer' provides stage(s) ['prepare', 'train'], not 'deploy'" \
+        in out["error"]
 
 
 def test_a_workload_by_module_path_and_an_unknown_one(site, tmp_path):

@@ -196,14 +196,26 @@ class Workload(ABC):
         """Write a demo prompt set (JSONL of prompt_id, prompt, seed) at ``key`` when no prompt file was dropped."""
         raise NotImplementedError(f"workload {self.name!r} has no demo prompts: drop a prompt file")
 
+    def output_row(self, output: Any) -> dict[str, Any]:
+        """One output of ``Serving.generate`` as its ``output_columns`` values (what the default engine stores)."""
+        raise NotImplementedError(f"workload {self.name!r} has no output_row")
+
     def generate_shard(self, lake: Lake, plan: dict, prompts: list[dict], cfg: PipelineConfig) -> tuple[list, dict]:
         """One shard's rows (one per prompt, in order: the core's columns and ``output_columns``) and its batching
-        report. Refuse a prompt (status ``refused`` with a reason) rather than fail the shard."""
-        raise NotImplementedError(f"workload {self.name!r} cannot generate")
+        report. Refuse a prompt (status ``refused`` with a reason) rather than fail the shard. By default the
+        core's engine (``aigc.generate.simple``): safety check, cache, adaptive batcher, ``output_row``."""
+        from aigc.generate.simple import generate_shard_simple
+
+        return generate_shard_simple(lake, plan, prompts, cfg, self)
 
     def gallery(self, rows: list[dict]) -> tuple[str, bytes]:
-        """(file name, bytes) of a preview of some generated rows: a grid of images, a page of texts."""
-        raise NotImplementedError(f"workload {self.name!r} has no gallery")
+        """(file name, bytes) of a preview of some generated rows: a grid of images, a page of texts. By default
+        the rows' prompts and outputs as JSON lines."""
+        import json
+
+        keep = ("prompt_id", "prompt", *(name for name, _ in self.output_columns))
+        return "samples.jsonl", "".join(json.dumps({k: r.get(k) for k in keep}, default=str) + "\n"
+                                        for r in rows).encode()
 
     def generation_checks(self, rows: Any, cfg: PipelineConfig, thresholds: Any) -> tuple[Any, list, dict]:
         """Gate 4 beyond the core's ledger checks: (the rows with columns to judge, expectations on the generated
@@ -213,19 +225,35 @@ class Workload(ABC):
     # Stage 5: the workload measures the day's content and its configurations (its scorers, the checker that
     # judges them, intervals on every figure) and names gate 5's checks; the core runs the gate, publishes and
     # promotes (champion and challenger on the paired interval the workload recorded).
+    def score(self, prompt: str, row: dict) -> bool:
+        """The checker: is this output (its ``output_columns`` values) right for its prompt? What the default
+        evaluation (``aigc.evaluate.scored``) counts, with intervals, for the content and every configuration."""
+        raise NotImplementedError(f"workload {self.name!r} has no checker (score)")
+
+    def eval_prompts(self, n: int, seed: int) -> list[str]:
+        """Fixed evaluation prompts every configuration answers (the grid and the comparison with production)."""
+        raise NotImplementedError(f"workload {self.name!r} has no evaluation prompts")
+
     def evaluate(self, lake: Lake, generation: dict, cfg: PipelineConfig, run_id: str) -> dict:
         """Write the evaluation run (``metrics.json`` with ``intervals``, ``pareto.json``, the review queue, the
-        report) for a generation run; return its summary (``alignment``, ``recommended`` …)."""
-        raise NotImplementedError(f"workload {self.name!r} cannot evaluate")
+        report) for a generation run; return its summary (``alignment``, ``recommended`` …). By default the core's
+        scored evaluation over ``score`` and ``eval_prompts``."""
+        from aigc.evaluate.scored import evaluate_scored
+
+        return evaluate_scored(lake, generation, cfg, run_id=run_id, workload=self)
 
     def evaluation_checks(self, metrics: dict, thresholds: Any) -> list:
         """Gate 5's checks (``aigc.quality.evaluation.Check``) on an evaluation's metrics."""
-        raise NotImplementedError(f"workload {self.name!r} has no gate 5 checks")
+        from aigc.evaluate.scored import scored_checks
+
+        return scored_checks(metrics, thresholds)
 
     def write_report(self, lake: Lake, prefix: str, metrics: dict, points: list, front: list, record: dict,
                      generation: dict) -> str:
         """(Re)write the evaluation's report.html, with gate 5's verdict once ``metrics`` has it."""
-        raise NotImplementedError(f"workload {self.name!r} has no report")
+        from aigc.evaluate.scored import write_scored_report
+
+        return write_scored_report(lake, prefix, metrics, points)
 
     def settings(self, cfg: PipelineConfig) -> dict[str, Any]:
         """The workload's own settings that define its model and data (beyond ``cfg.model``): a run resumes from a
