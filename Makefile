@@ -68,7 +68,7 @@ demo: install
 	$(BIN)/python -m aigc.devtools.demo --date $(DEMO_DATE) --workload $(WORKLOAD) --log $(AIRFLOW_HOME)/demo.log
 
 demo-s3: install
-	$(BIN)/python -m aigc.devtools.s3demo --date $(DEMO_DATE)
+	$(BIN)/python -m aigc.devtools.s3demo --date $(DEMO_DATE) --workload $(WORKLOAD)
 
 # System packages some tests drive (the compose file's validator, headless Chromium and its
 # driver for the browser test); where they cannot be installed those tests skip with a reason.

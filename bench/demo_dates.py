@@ -1,6 +1,6 @@
 """Does the demo pass on every date? The nightly chain of the demo preset, date after date, and gate 5's verdicts.
 
-    python bench/demo_dates.py [--start 2026-11-01] [--days 14] [--lake DIR]
+    python bench/demo_dates.py [--start 2026-11-01] [--days 14] [--lake DIR] [--workload text]
 
 For each date, the same commands a user runs (``aigc make-raw``, ``prepare``, ``train``, ``deploy``,
 ``generate --demo-prompts``, ``evaluate``, all ``--preset demo``) on one lake, so each day trains its
@@ -31,11 +31,12 @@ from aigc.evaluate.stats import wilson
 
 HERE = Path(__file__).resolve().parent
 AIGC = [sys.executable, "-m", "aigc", "--log-level", "WARNING"]
+WORKLOAD = ["--workload", "image"]  # set by --workload
 
 
 def step(command: list[str], lake: str, date: str) -> tuple[int, dict]:
     """Run one ``aigc`` command of the demo for ``date``; (exit code, its JSON summary)."""
-    out = subprocess.run([*AIGC, *command, "--preset", "demo", "--lake", lake, "--date", date],
+    out = subprocess.run([*AIGC, *command, "--preset", "demo", *WORKLOAD, "--lake", lake, "--date", date],
                          capture_output=True, text=True, env={**os.environ, "AIGC_PROGRESS": "0"})
     summary = json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}
     if out.returncode and command[0] != "evaluate":
@@ -49,9 +50,11 @@ def one_date(lake: str, date: str) -> dict:
         step(command, lake, date)
     code, evaluated = step(["evaluate"], lake, date)
     from aigc.catalog import Catalog
+    from aigc.config import preset
     from aigc.lake import open_lake
 
-    run = Catalog(open_lake(lake)).evaluation_of(date)
+    cfg = preset("demo", WORKLOAD[1])
+    run = Catalog(open_lake(lake), cfg.prepare.dataset, cfg.model.name).evaluation_of(date)
     metrics = run["summary"]
     checks = metrics["gates"]["evaluation"]["checks"]  # gate 5's six checks; promotion is decided after
     promotion = metrics.get("promotion") or {}
@@ -74,7 +77,9 @@ def main() -> None:
     ap.add_argument("--start", default="2026-11-01", help="the first date (YYYY-MM-DD)")
     ap.add_argument("--days", type=int, default=14)
     ap.add_argument("--lake", default=None, help="a folder for the lake (default: a temporary one)")
+    ap.add_argument("--workload", default="image", help="image (default) or text")
     args = ap.parse_args()
+    WORKLOAD[1] = args.workload
     lake = args.lake or tempfile.mkdtemp(prefix="aigc-demo-dates-")
     first = dt.date.fromisoformat(args.start)
     results = []
@@ -84,31 +89,33 @@ def main() -> None:
         results.append(r)
         iv = r["intervals"]
         failed = [name for name, c in r["checks"].items() if not c["passed"]]
+        others = "  ".join(f"{name} {c['observed']}" for name, c in r["checks"].items()
+                           if name not in ("content_alignment", "model_alignment"))
         print(f"{date} {r['version']} {'PASS' if r['passed'] else 'FAIL ' + ','.join(failed)}  "
               f"content {r['checks']['content_alignment']['observed']}  "
-              f"model {r['checks']['model_alignment']['observed']}  "
-              f"checker {iv['checker_reference']['value']:.4f} / real {iv['checker_real']['value']:.3f} "
-              f"(n={iv['checker_real']['n']})  FID {iv['fid']['value']:.4f}  "
+              f"model {r['checks']['model_alignment']['observed']}  {others}  "
               f"→ {r['recommended']}  {'promoted' if r['promoted'] else 'not promoted'} (production − it: "
               f"{fmt(iv['regression_vs_production'])})  ({r['seconds']:.0f} s)", flush=True)
-        summary = summarise(args.start, lake, results)  # written after every date: a cut run keeps its dates
+        # Written after every date: a cut run keeps its dates.
+        summary = summarise(args.start, lake, results, args.workload)
     print(f"\ngate 5 passed on {summary['passed']} of {summary['days']} consecutive dates "
           f"({wilson(summary['passed'], summary['days'])}); production moved on {summary['promoted']} of them; "
           f"recommended: {', '.join(summary['recommended'])}")
     print(json.dumps({k: v for k, v in summary.items() if k != "dates"}))
 
 
-def summarise(start: str, lake: str, results: list[dict]) -> dict:
+def summarise(start: str, lake: str, results: list[dict], workload: str = "image") -> dict:
     """The run so far as one JSON object, also written to ``bench/results/demo_dates.json``."""
     passed = sum(r["passed"] for r in results)
     promoted = sum(bool(r["promoted"]) for r in results)
     rate = wilson(passed, len(results))
     recommended = sorted({r["recommended"] for r in results})
-    summary = {"bench": "demo_dates", "start": start, "days": len(results), "passed": passed,
+    summary = {"bench": "demo_dates", "workload": workload, "start": start, "days": len(results), "passed": passed,
                "pass_rate": rate.to_dict(), "promoted": promoted, "recommended": recommended, "lake": lake,
                "dates": results}
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "demo_dates.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    name = "demo_dates.json" if workload == "image" else f"demo_dates_{workload}.json"
+    (HERE / "results" / name).write_text(json.dumps(summary, indent=2, ensure_ascii=False))
     return summary
 
 

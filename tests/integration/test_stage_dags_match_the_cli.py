@@ -62,11 +62,13 @@ def test_each_stage_publishes_the_same_objects_from_the_cli_and_from_its_dag(air
     assert cli_lake.list("leases") == dag_lake.list("leases") == []
 
 
-def test_the_text_workload_chosen_in_the_form_runs_all_five_stages(airflow_env, tmp_path):  # noqa: F811
+def test_the_text_workload_chosen_in_the_form_runs_all_five_stages_on_s3(airflow_env, s3_server):  # noqa: F811
     """The trigger form's ``workload`` reaches every stage: aigc_pipeline (what ``make demo WORKLOAD=text`` runs)
-    takes the text workload through gates 1–5 to publication and promotion."""
-    lake = open_lake(str(tmp_path / "dag"))
-    env = {**airflow_env, "AIGC_LAKE_URI": lake.uri}
+    takes the text workload through gates 1–5 to publication and promotion, on the S3 server (tasks and the
+    torchrun workers reach it through the aws_default connection)."""
+    uri = f"s3://{s3_server.bucket}/text-{uuid.uuid4().hex[:8]}"
+    lake = open_lake(uri, s3_server.options())
+    env = {**airflow_env, "AIGC_LAKE_URI": uri, "AIRFLOW_CONN_AWS_DEFAULT": s3_server.env()["AIRFLOW_CONN_AWS_DEFAULT"]}
     artifacts = ROOT / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     log = artifacts / f"pipeline-text-{uuid.uuid4().hex[:6]}.log"

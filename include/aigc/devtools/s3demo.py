@@ -19,12 +19,14 @@ from aigc.devtools.s3server import local_s3
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--date", required=True)
+    ap.add_argument("--workload", default="image", help="image (default) or text, or any workload's name")
     args = ap.parse_args()
     with local_s3() as s3:
         env = {**os.environ, **s3.env(), "AIGC_LAKE_URI": f"s3://{s3.bucket}/lake"}
         print(f"== the local S3 server is at {s3.endpoint_url} ==", file=sys.stderr)
-        code = run_dag_test(args.date, {"preset": "demo"}, env, Path(env.get("AIRFLOW_HOME", ".")) / "demo-s3.log")
-        status(args.date, env)
+        code = run_dag_test(args.date, {"preset": "demo", "workload": args.workload}, env,
+                            Path(env.get("AIRFLOW_HOME", ".")) / "demo-s3.log")
+        status(args.date, env, args.workload)
         return code
 
 
