@@ -240,3 +240,13 @@ def test_a_date_whose_evaluation_failed_gate_5_shows_why_and_links_its_report(de
     assert f'href="{report}"' in page
     served = client.get(report, headers=headers)
     assert served.status_code == 200 and "Gate 5 FAILED" in served.text
+
+
+def test_the_view_shows_the_deployments_default_workload(monkeypatch):
+    """AIGC_DEFAULT_WORKLOAD=text: the view reads the text workload's partitions (logs, logs-gpt)."""
+    import aigc_airflow.params
+    from aigc_airflow.view.app import _names
+
+    assert _names(None, None) == ("shapes", "shapes-cvae")
+    monkeypatch.setattr(aigc_airflow.params, "DEFAULT_WORKLOAD", "text")
+    assert _names(None, None) == ("logs", "logs-gpt") and _names("mine", None) == ("mine", "logs-gpt")

@@ -44,6 +44,16 @@ def default_lake() -> Lake:
     return open_task_lake()
 
 
+def _names(dataset: str | None, model: str | None) -> tuple[str, str]:
+    """The dataset and model the view shows: those given, else the deployment's default workload's
+    (``AIGC_DEFAULT_WORKLOAD``: the text workload's logs and logs-gpt, the image workload's shapes and shapes-cvae)."""
+    from aigc.config import preset
+    from aigc_airflow.params import DEFAULT_WORKLOAD
+
+    cfg = preset("default", DEFAULT_WORKLOAD)
+    return dataset or cfg.prepare.dataset, model or cfg.model.name
+
+
 def create_app(lake: Callable[[], Lake] = default_lake, dataset: str | None = None, model: str | None = None):
     """The view over the lake that ``lake()`` opens (once, at the first request)."""
     app = FastAPI(title="AIGC view", docs_url=None, redoc_url=None, openapi_url=None,
@@ -55,7 +65,7 @@ def create_app(lake: Callable[[], Lake] = default_lake, dataset: str | None = No
     def catalog() -> Catalog:
         with lock:  # open the lake once: for S3 that reads a connection from Airflow's DB
             if not opened:
-                opened.append(Catalog(lake(), dataset, model))
+                opened.append(Catalog(lake(), *_names(dataset, model)))
             return opened[0]
 
     @app.middleware("http")
