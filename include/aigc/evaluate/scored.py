@@ -15,6 +15,8 @@ import html
 import json
 import statistics
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from aigc.evaluate.metrics import pareto_front, recommend
 from aigc.evaluate.stats import paired_difference, wilson
@@ -33,19 +35,52 @@ def _timed(serving, prompts: list[str], seeds: list[int], policy: str) -> tuple[
     return outputs, (time.perf_counter() - t0) * 1000 / max(1, len(prompts))
 
 
+@dataclass
+class Evaluation:
+    """What every evaluation starts from: the run's place, the version's record, the day's rows."""
+
+    date: str
+    model: str
+    version: str
+    prefix: str
+    registry: Any
+    record: dict
+    rows: list[dict]
+    started: float
+
+    @classmethod
+    def of(cls, lake, generation: dict, run_id: str) -> Evaluation:
+        from aigc.evaluate.run import _generated, evaluation_prefix
+        from aigc.registry import Registry
+
+        started = time.perf_counter()
+        date, model = parse_date(generation["date"]).isoformat(), generation["model"]
+        registry = Registry(lake, model)
+        return cls(date, model, generation["version"], evaluation_prefix(model, date, run_id), registry,
+                   registry.get(generation["version"]), _generated(lake, generation), started)
+
+    def against_production(self, lake, workload, verdicts_of, candidate: list[bool], confidence: float):
+        """(production's version or None, the paired interval production − candidate on the same prompts, or None):
+        ``verdicts_of(serving)`` judges production's fp32 the way ``candidate`` was judged."""
+        from aigc.registry import VersionNotFound
+        from aigc.registry.loader import load_serving
+
+        production = None
+        with contextlib.suppress(VersionNotFound):
+            production = self.registry.resolve("production")
+        if not production or production == self.version:
+            return production, None
+        prod = load_serving(lake, self.model, production, "fp32", "cpu", workload)
+        return production, paired_difference(verdicts_of(prod), candidate, confidence)
+
+
 def evaluate_scored(lake, generation: dict, cfg, *, run_id: str, workload) -> dict:
-    from aigc.evaluate.run import _generated, evaluation_prefix
-    from aigc.registry import Registry, VersionNotFound
     from aigc.registry.loader import load_serving
 
-    started = time.perf_counter()
     e = cfg.evaluate
-    date, model, version = parse_date(generation["date"]).isoformat(), generation["model"], generation["version"]
-    prefix = evaluation_prefix(model, date, run_id)
-    registry = Registry(lake, model)
-    record = registry.get(version)
+    ev = Evaluation.of(lake, generation, run_id)
+    date, model, version, prefix, record, rows = ev.date, ev.model, ev.version, ev.prefix, ev.record, ev.rows
 
-    rows = _generated(lake, generation)
     generated = [r for r in rows if r["status"] == "generated"]
     verdicts = [bool(workload.score(r["prompt"], r)) for r in generated]
     content = wilson(sum(verdicts), len(verdicts), e.confidence)
@@ -70,14 +105,9 @@ def evaluate_scored(lake, generation: dict, cfg, *, run_id: str, workload) -> di
                                latency_tolerance=e.latency_tolerance)
     front = pareto_front(points, "alignment", "latency_ms")
 
-    regression, production = None, None
-    with contextlib.suppress(VersionNotFound):
-        production = registry.resolve("production")
-    if production and production != version:
-        prod = load_serving(lake, model, production, "fp32", "cpu", workload)
-        prod_verdicts = [bool(workload.score(p, workload.output_row(o)))
-                         for p, o in zip(prompts, prod.generate(prompts, seeds), strict=True)]
-        regression = paired_difference(prod_verdicts, grid["fp32"], e.confidence)
+    production, regression = ev.against_production(lake, workload, lambda prod: [
+        bool(workload.score(p, workload.output_row(o))) for p, o in zip(prompts, prod.generate(prompts, seeds),
+                                                                        strict=True)], grid["fp32"], e.confidence)
     model_alignment = wilson(sum(grid[chosen["variant"]]), len(prompts), e.confidence) if chosen else None
     metrics = {
         "date": date, "model": model, "version": version, "generation_run": generation["run_id"],
@@ -96,7 +126,7 @@ def evaluate_scored(lake, generation: dict, cfg, *, run_id: str, workload) -> di
         {"prompt_id": r["prompt_id"], "prompt": r["prompt"], "right": v, "run_id": run_id}) + "\n"
         for v, r in queue).encode())
     metrics["review"] = {"queued": len(queue)}
-    metrics["seconds"] = round(time.perf_counter() - started, 2)
+    metrics["seconds"] = round(time.perf_counter() - ev.started, 2)
     lake.put_json(join(prefix, "metrics.json"), metrics)
     write_scored_report(lake, prefix, metrics, points)
     return {"stage": "evaluate", "date": date, "run_id": run_id, "model": model, "version": version,

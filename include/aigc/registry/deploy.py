@@ -94,14 +94,20 @@ def _calibration_captions(lake: Lake, card: dict, record: dict, cfg: DeployConfi
     return captions[: cfg.calibration_samples]
 
 
-def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig) -> dict:
-    """Build (or rebuild) every configured variant of a version and record its measurements."""
+def version_inputs(lake: Lake, model: str, ref: str) -> tuple[Registry, dict, str, dict, bytes]:
+    """(registry, record, version prefix, model card, fp32 weights checked against the record) of a version."""
     registry = Registry(lake, model)
     record = registry.get(ref)
-    version, prefix = record["version"], registry.version_prefix(record["version"])
-    card = lake.get_json(join(prefix, CARD))
+    prefix = registry.version_prefix(record["version"])
     fp32_bytes = lake.get_bytes(join(prefix, "model.safetensors"))
     check_weights(fp32_bytes, record["weights_sha256"], lake.url(join(prefix, "model.safetensors")))
+    return registry, record, prefix, lake.get_json(join(prefix, CARD)), fp32_bytes
+
+
+def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig) -> dict:
+    """Build (or rebuild) every configured variant of a version and record its measurements."""
+    registry, record, prefix, card, fp32_bytes = version_inputs(lake, model, ref)
+    version = record["version"]
     prompts, seeds = smoke_prompts(cfg.smoke_prompts, cfg.seed)
     device = torch.device("cpu")
     generators: dict[str, Generator] = {}

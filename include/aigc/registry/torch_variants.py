@@ -17,24 +17,19 @@ from safetensors.torch import save as save_safetensors
 from aigc.lake import Lake
 from aigc.lake.keys import join
 from aigc.registry import variants
-from aigc.registry.loader import CARD, variant_key
-from aigc.registry.safeload import check_weights
-from aigc.registry.store import Registry, sha256
+from aigc.registry.loader import variant_key
+from aigc.registry.store import sha256
 
 log = logging.getLogger(__name__)
 
 
 def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dict:
     """Build (or rebuild) the configured variants a workload supports; record each one's measurements."""
-    from aigc.registry.deploy import _latencies
+    from aigc.registry.deploy import _latencies, version_inputs
 
     d = cfg.deploy
-    registry = Registry(lake, model)
-    record = registry.get(ref)
-    version, prefix = record["version"], registry.version_prefix(record["version"])
-    card = lake.get_json(join(prefix, CARD))
-    fp32_bytes = lake.get_bytes(join(prefix, "model.safetensors"))
-    check_weights(fp32_bytes, record["weights_sha256"], lake.url(join(prefix, "model.safetensors")))
+    registry, record, prefix, card, fp32_bytes = version_inputs(lake, model, ref)
+    version = record["version"]
     kinds = [k for k in d.variant_list if k in workload.variant_kinds and k not in variants.ONNX_KINDS]
     skipped = [k for k in d.variant_list if k not in kinds]
     if skipped:

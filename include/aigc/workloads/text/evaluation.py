@@ -14,7 +14,6 @@ every configuration, paired intervals, cost only where it is faster in every tim
 
 from __future__ import annotations
 
-import contextlib
 import html
 import json
 import logging
@@ -29,8 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from aigc.evaluate.metrics import pareto_front, recommend
-from aigc.evaluate.stats import bootstrap, paired_difference, wilson
-from aigc.lake.keys import join, parse_date
+from aigc.evaluate.stats import bootstrap, wilson
+from aigc.lake.keys import join
 from aigc.prepare.checks import blocked_term
 from aigc.workloads.text.checker import judge, recall_right
 from aigc.workloads.text.corpus import document, recall_line
@@ -148,21 +147,16 @@ def _timed(serving, prompts: list[str], policy: str, cfg) -> tuple[list[str], fl
 
 
 def evaluate_text(lake, generation: dict, cfg, *, run_id: str, workload) -> dict:
-    from aigc.evaluate.run import _generated, evaluation_prefix
-    from aigc.registry import Registry, VersionNotFound
+    from aigc.evaluate.scored import Evaluation
     from aigc.registry.loader import load_serving
     from aigc.train.data import load_window
 
-    started = time.perf_counter()
     e = cfg.evaluate
-    date, model, version = parse_date(generation["date"]).isoformat(), generation["model"], generation["version"]
-    prefix = evaluation_prefix(model, date, run_id)
-    registry = Registry(lake, model)
-    record = registry.get(version)
+    ev = Evaluation.of(lake, generation, run_id)
+    date, model, version, prefix, record, rows = ev.date, ev.model, ev.version, ev.prefix, ev.record, ev.rows
     fp32 = load_serving(lake, model, version, "fp32", "cpu", workload)
 
     # The day's content.
-    rows = _generated(lake, generation)
     generated = [r for r in rows if r["status"] == "generated"]
     verdicts = [judge(r["prompt"], r["text"]) for r in generated]
     outputs = [r["text"] for r in generated]
@@ -210,14 +204,9 @@ def evaluate_text(lake, generation: dict, cfg, *, run_id: str, workload) -> dict
                                latency_tolerance=e.latency_tolerance)
     front = pareto_front(points, "alignment", "latency_ms")
 
-    regression, production = None, None
-    with contextlib.suppress(VersionNotFound):
-        production = registry.resolve("production")
-    if production and production != version:
-        prod = load_serving(lake, model, production, "fp32", "cpu", workload)
-        prod_verdicts = [judge(p, o)["valid"] for p, o in zip(prompts, _timed(prod, prompts, "adaptive", cfg)[0],
-                                                               strict=True)]
-        regression = paired_difference(prod_verdicts, grid_verdicts["fp32"], e.confidence)
+    production, regression = ev.against_production(lake, workload, lambda prod: [
+        judge(p, o)["valid"] for p, o in zip(prompts, _timed(prod, prompts, "adaptive", cfg)[0], strict=True)],
+        grid_verdicts["fp32"], e.confidence)
 
     model_validity = wilson(sum(grid_verdicts[chosen["variant"]]), len(prompts), e.confidence) if chosen else None
     metrics = {
@@ -247,7 +236,7 @@ def evaluate_text(lake, generation: dict, cfg, *, run_id: str, workload) -> dict
         "prompt_id": r["prompt_id"], "prompt_tail": r["prompt"][-200:], "text": r["text"], "valid": v["valid"],
         "mean_logprob": round(lp, 4), "run_id": run_id}) + "\n" for lp, r, v in certainty).encode())
     metrics["review"] = {"queued": len(certainty)}
-    metrics["seconds"] = round(time.perf_counter() - started, 2)
+    metrics["seconds"] = round(time.perf_counter() - ev.started, 2)
     lake.put_json(join(prefix, "metrics.json"), metrics)
     write_text_report(lake, prefix, metrics, points, generated[:12])
     log.info("evaluation %s: validity %s (content), %s (recommended); perplexity %s; recall %s; %d safety "
