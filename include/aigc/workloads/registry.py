@@ -32,6 +32,7 @@ class UnknownWorkload(LookupError):
     """A workload name that is not built in, not an entry point and not an importable path."""
 
 
+@cache  # entry points change only when a package is installed; the DAG files ask at every parse
 def available() -> dict[str, str]:
     """Every workload findable by a plain name: the built-in ones and the installed entry points."""
     found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
