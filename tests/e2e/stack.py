@@ -31,6 +31,9 @@ STAGE_DAG_IDS = ("aigc_prepare", "aigc_train", "aigc_deploy", "aigc_generate", "
 DAG_IDS = (DAG_ID, *STAGE_DAG_IDS)
 USER = "admin"
 SQLITE_CONNECT_ARGS = "aigc_airflow.sqlite.CONNECT_ARGS"  # a lock waits a minute, not 5 s (see that module)
+HTTP_TIMEOUT = 150
+"""Seconds a request may take: longer than the SQLite lock wait above (60 s), or a request that the api-server
+would have answered after waiting out a busy scheduler is given up on first (seen in CI: ``TimeoutError``)."""
 
 # The pipeline at smoke size (aigc.config's "smoke" preset): every stage for real, about a minute on 2 cores.
 SMOKE_CONF = {"preset": "smoke"}
@@ -172,7 +175,7 @@ class AirflowStack:
         token = self.token() if token is None else token
         request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {token}"} if token else {})
         try:
-            with urllib.request.urlopen(request, timeout=30) as reply:
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as reply:
                 return reply.status, reply.read().decode(errors="replace")
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode(errors="replace")
@@ -228,7 +231,7 @@ class AirflowStack:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=30) as reply:
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as reply:
                 return json.loads(reply.read() or b"null")
         except urllib.error.HTTPError as e:
             if missing_ok and e.code == 404:
@@ -240,10 +243,14 @@ class AirflowStack:
             return None  # not up yet
 
     def wait_until(self, probe, timeout: float, what: str, interval: float = 1.0):
-        """``probe()``'s first truthy result, checking that every component is still alive meanwhile."""
+        """``probe()``'s first truthy result, checking that every component is still alive meanwhile. A probe whose
+        request timed out counts as "not yet": the deadline, not one slow answer, decides."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            result = probe()
+            try:
+                result = probe()
+            except TimeoutError:
+                result = None
             if result:
                 return result
             self.assert_alive()
