@@ -1,4 +1,4 @@
-"""Starting worker processes from inside an orchestrator's task process.
+"""Starting worker processes from inside an orchestrator's task process, and how many to start.
 
 A task process is not a fresh interpreter: Airflow started it from the ``airflow`` script,
 and Celery's prefork pool forked it from a daemonic pool worker. What multiprocessing
@@ -9,9 +9,39 @@ pool's workers start. Each part was found by running the pipeline under that orc
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
+import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+
+
+def available_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """CPUs this process may use: the fewest of the host's cores, the CPU affinity set, and the container's CPU
+    quota (cgroup v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``), rounded up.
+
+    ``os.cpu_count()`` counts the host: a container limited to 2 CPUs on a 64-core node would start 64 decoding
+    processes or 64 training threads that the kernel then throttles to 2 cores' worth.
+    """
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = _cgroup_quota(cgroup)
+    return max(1, min(cpus, math.ceil(quota)) if quota else cpus)
+
+
+def _cgroup_quota(cgroup: Path) -> float | None:
+    """CPUs' worth of the cgroup's quota, or None when there is none (or no cgroup file to read)."""
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()[:2]  # v2: "max 100000" or "200000 100000"
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int((cgroup / "cpu" / "cpu.cfs_quota_us").read_text())  # v1: -1 means none
+        period = int((cgroup / "cpu" / "cpu.cfs_period_us").read_text())
+        return quota / period if quota > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
 
 
 @contextlib.contextmanager

@@ -1,9 +1,12 @@
 """Worker processes start from a task process as orchestrators make them (aigc.procs)."""
 
+import os
 import subprocess
 import sys
 
 import pytest
+
+from aigc.procs import available_cpus
 
 # Runs in a fresh interpreter: a process that already started a forkserver (this pytest
 # process, after other prepare tests) cannot hand it to a forked child.
@@ -71,3 +74,23 @@ def test_workers_start_under_a_main_script_that_cannot_be_imported_again(tmp_pat
     assert out.returncode == 0 and "ROWS" in out.stdout, out.stderr[-3000:]
     assert "re-run in a worker" not in out.stderr
 
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"cpu.max": "150000 100000\n"}, 2),  # cgroup v2: 1.5 CPUs' quota → 2 processes
+    ({"cpu.max": "max 100000\n"}, None),  # v2 without a quota: the cores
+    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3),  # cgroup v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({}, None),  # no cgroup files (not Linux, or not mounted)
+])
+def test_available_cpus_follows_the_container_quota_not_the_host(tmp_path, files, expected):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    cores = len(os.sched_getaffinity(0))
+    assert available_cpus(tmp_path) == (min(expected, cores) if expected else cores)
+
+
+def test_a_quota_of_a_fraction_of_a_cpu_still_gets_one_process(tmp_path):
+    (tmp_path / "cpu.max").write_text("20000 100000\n")
+    assert available_cpus(tmp_path) == 1

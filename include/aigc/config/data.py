@@ -54,11 +54,16 @@ class PrepareConfig:
     blocklist: str | None = None
     """A file of blocked terms, one per line; None uses the list shipped in the package."""
     near_dup_threshold: float = 0.7
-    """Jaccard similarity (MinHash estimate) of caption words + covered cells that makes two records candidates."""
-    near_dup_num_perm: int = 64
+    """Jaccard similarity (MinHash estimate) of two records' tokens (the workload's: caption words and the image's
+    subject cells for images, word shingles for text) at or above which they are near-duplicates."""
+    near_dup_num_perm: int = 128
     """MinHash permutations: more is more exact and slower."""
     near_dup_image_distance: float = 6.0
-    """…and near-duplicates only if no cell of their 8×8 RGB thumbnails differs by more (0–255)."""
+    """…and images are near-duplicates only if no cell of their 8×8 RGB thumbnails differs by more (0–255)."""
+    near_dup_per_bucket: int = 32
+    """Kept records an LSH bucket offers as candidates (the earliest): bounds each record's dedup work, so a drop
+    where thousands of records look alike stays linear. Raise it if near-duplicates of rows deep in a crowded
+    bucket are missed."""
     shard_target_bytes: int = 64 * 1024 * 1024
     """A Parquet shard is closed once it holds about this many bytes."""
     row_group_rows: int = 2048
@@ -83,6 +88,7 @@ class PrepareConfig:
         _check_range(self, "near_dup_threshold", 0.05, 1.0)
         _check_range(self, "near_dup_num_perm", 16, 1024)
         _check_range(self, "near_dup_image_distance", 0.0, 255.0)
+        _check_range(self, "near_dup_per_bucket", 1, 1_000_000)
         _check_range(self, "shard_target_bytes", 64 * 1024, 4 << 30)
         _check_range(self, "row_group_rows", 16, 1_000_000)
         _check_range(self, "row_group_bytes", 64 * 1024, 1 << 30)

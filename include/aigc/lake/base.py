@@ -110,9 +110,12 @@ class Lake(ABC):
     def delete_prefix(self, prefix: str) -> int:
         """Delete every key under ``prefix``; returns how many were deleted."""
         keys = self.list(validate_key(prefix))
+        self._delete_many(keys)
+        return len(keys)
+
+    def _delete_many(self, keys: list[str]) -> None:
         for key in keys:
             self._delete(key)
-        return len(keys)
 
     # -- streams ------------------------------------------------------------------------
     def open_input(self, key: str) -> pa.NativeFile:

@@ -120,9 +120,23 @@ class LocalLake(Lake):
     def _delete(self, key: str) -> None:
         path = self._path(key)
         path.unlink(missing_ok=True)
-        # Drop folders left empty so a deleted partition leaves no trace.
-        for parent in path.parents:
-            if parent == self.root or any(parent.iterdir()):
+        self._prune(path.parent)
+
+    def _delete_many(self, keys: list[str]) -> None:
+        # Folders are pruned once, after every file is gone: checking a folder after each of its n files costs
+        # n² (a folder's first entry is found by reading past the holes its deleted entries left).
+        folders = set()
+        for key in keys:
+            path = self._path(key)
+            path.unlink(missing_ok=True)
+            folders.add(path.parent)
+        for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):  # deepest first
+            self._prune(folder)
+
+    def _prune(self, folder: Path) -> None:
+        """Drop ``folder`` and its ancestors while they are empty, so a deleted partition leaves no trace."""
+        for parent in (folder, *folder.parents):
+            if parent == self.root or not parent.is_dir() or not _is_empty(parent):
                 break
             parent.rmdir()
 
@@ -137,3 +151,9 @@ class LocalLake(Lake):
 
     def _rooted(self, prefix: str) -> Lake:
         return LocalLake(self._path(prefix))
+
+
+def _is_empty(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing, reading at most its first entry (``Path.iterdir`` lists it all)."""
+    with os.scandir(folder) as entries:
+        return next(entries, None) is None

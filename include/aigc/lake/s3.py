@@ -8,7 +8,7 @@ import os
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from urllib.parse import urlparse
 
@@ -39,8 +39,8 @@ class S3Options:
     endpoint_url: str | None = None
     """e.g. ``http://127.0.0.1:9000`` for MinIO; None means AWS itself."""
     access_key: str | None = None
-    secret_key: str | None = None
-    session_token: str | None = None
+    secret_key: str | None = field(default=None, repr=False)  # never in a repr, so never in a log or traceback
+    session_token: str | None = field(default=None, repr=False)
     region: str = "us-east-1"
     max_attempts: int = 6
     """Bounded retries; botocore's 'standard' mode backs off exponentially with jitter."""

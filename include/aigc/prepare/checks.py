@@ -25,7 +25,7 @@ from PIL import Image, UnidentifiedImageError
 
 from aigc.config import PrepareConfig
 from aigc.lake.keys import LakeKeyError, validate_key
-from aigc.prepare import minhash
+from aigc.prepare import image_minhash, minhash
 from aigc.prepare.drop import RECORD_FIELDS
 from aigc.prepare.records import Rejected, parse_record
 
@@ -40,7 +40,6 @@ REASONS = (
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 """Decoders tried, in order: naming them spares Pillow probing every plugin it knows."""
 THUMB_SIDE = 8  # the RGB thumbnail near-duplicate detection compares
-_MASK_MARGIN = 48  # grey levels from the background that make a thumbnail cell part of the subject
 
 
 def parse_line(data: bytes) -> dict | Rejected:
@@ -218,58 +217,6 @@ def rgb_bytes(img: Image.Image) -> bytes:
     return data if status == 1 else img.tobytes()  # 1: all of it in one call
 
 
-def signature(caption: str, thumb: bytes, num_perm: int) -> np.ndarray:
-    """MinHash over caption words and bigrams plus the thumbnail cells the subject covers.
-
-    A cell counts as covered when it differs from the background (the median of the corner
-    cells) by more than ``_MASK_MARGIN``: coarse on purpose, so re-encoding noise does not
-    move it, while the exact pixels are compared later, on candidates only.
-    """
-    return signatures([caption], np.frombuffer(thumb, dtype=np.uint8)[None], num_perm)[0]
-
-
-def signatures(captions: list[str], thumbs: np.ndarray, num_perm: int) -> np.ndarray:
-    """(rows, num_perm): ``signature`` of each caption and its (rows, 192) thumbnail, all at once.
-
-    The MinHash of a union is the element-wise minimum of the parts' MinHashes, so the
-    caption's part is cached (captions repeat) and each cell's part is precomputed: the
-    result equals ``minhash.signature`` of all the tokens together, at a fraction of the cost.
-    A batch of rows costs a few numpy calls in all, instead of a few per row.
-    """
-    cells = thumbs.reshape(len(captions), -1, 3).astype(np.int16)  # (rows, 64, RGB)
-    corners = np.sort(cells[:, _CORNERS], axis=1)  # (rows, 4, RGB)
-    # |cell − median| > margin, doubled so the median of 4 (a half-integer mean) stays an int
-    background = corners[:, 1:2] + corners[:, 2:3]  # (rows, 1, RGB)
-    covered = (np.abs(2 * cells - background) > 2 * _MASK_MARGIN).any(axis=2)  # (rows, 64)
-    # Uncovered cells take no part: they count as +inf in the minimum.
-    cell_sigs = np.broadcast_to(_cell_signatures(num_perm), (len(captions), *_cell_signatures(num_perm).shape))
-    cell_part = np.min(cell_sigs, axis=1, where=covered[:, :, None], initial=np.iinfo(np.uint32).max)  # (rows, perms)
-    caption_part = np.stack([_caption_signature(caption, num_perm) for caption in captions])
-    return np.minimum(caption_part, cell_part)
-
-
-@lru_cache(maxsize=1 << 14)
-def _caption_signature(caption: str, num_perm: int) -> np.ndarray:
-    sig = minhash.signature(_caption_tokens(caption), num_perm)
-    sig.flags.writeable = False  # shared by every call with this caption
-    return sig
-
-
-@lru_cache(maxsize=8)
-def _cell_signatures(num_perm: int) -> np.ndarray:
-    """(64, num_perm): the MinHash of each cell token alone."""
-    return np.stack([minhash.signature({token}, num_perm) for token in _CELL_TOKENS])
-
-
-_CORNERS = [0, THUMB_SIDE - 1, THUMB_SIDE * (THUMB_SIDE - 1), THUMB_SIDE * THUMB_SIDE - 1]
-_CELL_TOKENS = [f"m{i}" for i in range(THUMB_SIDE * THUMB_SIDE)]
-
-
-def _caption_tokens(caption: str) -> frozenset[str]:
-    words = re.findall(r"[a-z0-9]+", caption.lower())
-    return frozenset({f"w:{w}" for w in words} | {f"b:{a}_{b}" for a, b in zip(words, words[1:], strict=False)})
-
-
 def content_hash(image_sha256: str, caption: str) -> str:
     return hashlib.sha256(f"{image_sha256}\0{caption}".encode()).hexdigest()
 
@@ -288,12 +235,14 @@ def examine_all(pairs: list[tuple[dict, bytes | None]], cfg: PrepareConfig) -> l
     if rows:
         side = cfg.resolution
         pixels = np.frombuffer(b"".join(row.pop("_pixels") for row in rows), dtype=np.uint8)
-        thumbs = thumbnails(pixels.reshape(len(rows), side, side, 3)).reshape(len(rows), -1)
-        sigs = signatures([row["caption"] for row in rows], thumbs, cfg.near_dup_num_perm)
+        pixels = pixels.reshape(len(rows), side, side, 3)
+        thumbs = thumbnails(pixels).reshape(len(rows), -1)
+        sigs = image_minhash.signatures([row["caption"] for row in rows], image_minhash.grid(pixels),
+                                        cfg.near_dup_num_perm)
         keys = minhash.band_keys(sigs, cfg.near_dup_threshold, cfg.near_dup_num_perm)  # (rows, bands)
-        for row, thumb, row_keys in zip(rows, thumbs, keys, strict=True):
-            # Near-dup keys as bytes: a few ints pickle far cheaper than the signature array.
-            row["_thumb"], row["_bands"] = thumb.tobytes(), row_keys.tobytes()
+        for row, thumb, sig, row_keys in zip(rows, thumbs, sigs, keys, strict=True):
+            # Near-dup keys as bytes: they pickle far cheaper than numpy arrays.
+            row["_thumb"], row["_sig"], row["_bands"] = thumb.tobytes(), sig.tobytes(), row_keys.tobytes()
     return out
 
 

@@ -1,9 +1,10 @@
 """Deduplication across a drop: ids, exact content, and near-duplicates.
 
 The first record wins, in drop order, so results are deterministic. The indexes keep a few
-compact keys per curated record (a 16-byte content digest, one int per LSH band, a 192-byte
-thumbnail and its 24-byte quadrant sums): memory grows with the number of curated rows, never
-with their bytes.
+compact keys per curated record (a 16-byte content digest, 16 bytes per LSH band, the MinHash
+signature, a 192-byte thumbnail and its 24-byte quadrant sums): memory grows with the number of
+curated rows, never with their bytes, and each row's work is bounded (``BandIndex``), never a
+function of how many rows came before it.
 
 Rows arrive in batches (one per decoding task) and the near-duplicate search runs on a whole
 batch at once: a few numpy calls per batch instead of a dozen per row, which matters because
@@ -12,10 +13,12 @@ this runs in the one parent process that every row passes through.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from aigc.prepare.checks import THUMB_SIDE, Rejected
-from aigc.prepare.minhash import BandedLSH
+from aigc.prepare.minhash import BandIndex
 from aigc.prepare.records import ExactDedup
 
 _SAME = "image bytes and caption"  # what an exact duplicate shares
@@ -33,9 +36,9 @@ _QUADRANT_SUMS = _QUADRANT_SUMS.reshape(_THUMB_BYTES, 12)
 class Deduplicator:
     """Ids, then exact content, then near-duplicates, for a batch of candidate rows at a time."""
 
-    def __init__(self, threshold: float, num_perm: int, max_image_distance: float) -> None:
+    def __init__(self, threshold: float, num_perm: int, max_image_distance: float, per_bucket: int = 32) -> None:
         self.exact = ExactDedup()
-        self.near = NearDedup(threshold, num_perm, max_image_distance)
+        self.near = NearDedup(threshold, num_perm, max_image_distance, per_bucket)
 
     def check_batch(self, rows: list[dict]) -> list[Rejected | None]:
         """Per row, in order: why it duplicates an earlier row (of this batch or before), or None
@@ -51,23 +54,38 @@ class Deduplicator:
         self.near.add_screened(near)
         return verdicts
 
+    def stats(self) -> dict:
+        """What dedup cost: near-duplicate candidates compared (against kept rows) and the index's bytes."""
+        return {"near_candidates": self.near.candidates, "index_bytes": self.near.nbytes}
+
 
 class NearDedup:
-    """MinHash-LSH proposes candidates; the largest difference of 8×8 RGB thumbnails confirms them.
+    """MinHash-LSH proposes candidates; a candidate is a near-duplicate when both its similarity (the share of
+    MinHash positions the two signatures agree on, an unbiased estimate of their tokens' Jaccard similarity) is
+    at least ``threshold`` and the largest difference of their 8×8 RGB thumbnails is at most
+    ``max_image_distance``.
 
-    A row has hundreds of candidates when captions repeat (a drop with few distinct captions),
-    and almost none of them is a near-duplicate. Quadrant sums rule most out first, exactly:
-    the sums of k cells differ by at most k · (the largest cell difference), so a candidate
-    whose quadrant sums differ by more than 16 · max_image_distance cannot pass the full check.
+    Quadrant sums rule most remaining candidates out before the thumbnails are compared, exactly: the sums of
+    k cells differ by at most k · (the largest cell difference), so a candidate whose quadrant sums differ by
+    more than 16 · max_image_distance cannot pass the full check.
     """
 
-    def __init__(self, threshold: float, num_perm: int, max_image_distance: float) -> None:
-        self._lsh = BandedLSH(threshold, num_perm)
+    def __init__(self, threshold: float, num_perm: int, max_image_distance: float, per_bucket: int = 32) -> None:
+        self._lsh = BandIndex(threshold, num_perm, per_bucket)
+        self._threshold, self._num_perm = threshold, num_perm
+        self._min_agree = int(np.ceil(threshold * num_perm - 1e-9))  # positions: no float compare per pair
         self._max_distance = max_image_distance
         self._max_sum_distance = _HALF * _HALF * max_image_distance
         self._thumbs = np.empty((1024, _THUMB_BYTES), dtype=np.uint8)
         self._sums = np.empty((1024, 12), dtype=np.int16)  # row-major: a gather copies 24-byte rows
+        self._sigs = np.empty((1024, num_perm), dtype=np.uint16)
         self._ids: list[str] = []
+        self.candidates = 0  # pairs the index proposed: the bench's "candidates per row"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the index's arrays (ids aside): what a kept row costs the parent, measured by the bench."""
+        return self._lsh.nbytes + self._thumbs.nbytes + self._sums.nbytes + self._sigs.nbytes
 
     def check(self, row: dict) -> Rejected | None:
         """One row against the kept rows (``screen`` does a batch at once)."""
@@ -85,21 +103,22 @@ class NearDedup:
         n = len(rows)
         thumbs = np.frombuffer(b"".join(row["_thumb"] for row in rows), dtype=np.uint8).reshape(n, _THUMB_BYTES)
         keys = np.frombuffer(b"".join(row["_bands"] for row in rows), dtype=np.uint64).reshape(n, self._lsh.bands)
-        sums = thumbs @ _QUADRANT_SUMS  # (n, 12) int16
-        key_lists = keys.tolist()
-        # Against the index: candidates of every row in one flat array, `owner` saying whose.
-        idx, counts = self._lsh.query_many(key_lists)
-        owner = np.repeat(np.arange(n), counts)
-        first_kept = self._earliest_hits(owner, idx, thumbs, sums)
-        # Inside the batch: pairs (i < j) that share a band, confirmed the same way.
+        sigs = np.frombuffer(b"".join(row["_sig"] for row in rows), dtype=np.uint32).reshape(n, self._num_perm)
+        sigs = sigs.astype(np.uint16)  # 16 bits a position: a chance agreement is 1 in 65,536, half the memory
+        mine = _Rows(thumbs, thumbs @ _QUADRANT_SUMS, sigs)  # sums: (n, 12) int16
+        # Against the index: each row's candidates (at most per_bucket a band), `owner` saying whose.
+        owner, idx = self._lsh.query(keys)
+        self.candidates += len(idx)
+        first_kept = self._earliest_hits(owner, idx, mine)
+        # Inside the batch: pairs (i < j) that share a band, confirmed the same way. (No cap: a batch is small.)
         shares = np.zeros((n, n), dtype=bool)
         for band in keys.T:
             shares |= band[:, None] == band[None, :]
         earlier, later = np.nonzero(np.triu(shares, 1))
-        partners: dict[int, list[tuple[int, int]]] = {}
-        for i, j, distance in self._confirmed(later, earlier, thumbs, sums, thumbs, sums):
-            partners.setdefault(j, []).append((i, distance))  # ascending i: nonzero is row-major
-        return NearScreen(self, rows, first_kept, partners, thumbs, sums, key_lists)
+        partners: dict[int, list[tuple[int, int, float]]] = {}
+        for i, j, distance, similarity in self._confirmed(later, earlier, mine, mine):
+            partners.setdefault(j, []).append((i, distance, similarity))  # ascending i: nonzero is row-major
+        return NearScreen(self, rows, first_kept, partners, mine, keys)
 
     def add_screened(self, screened: NearScreen) -> None:
         kept = screened.kept
@@ -107,65 +126,83 @@ class NearDedup:
         while n + k > len(self._thumbs):
             self._thumbs = np.concatenate([self._thumbs, np.empty_like(self._thumbs)])
             self._sums = np.concatenate([self._sums, np.empty_like(self._sums)])
-        self._thumbs[n : n + k] = screened.thumbs[kept]
-        self._sums[n : n + k] = screened.sums[kept]
-        for offset, j in enumerate(kept):
-            self._ids.append(screened.rows[j]["id"])
-            self._lsh.insert(screened.key_lists[j], n + offset)
+            self._sigs = np.concatenate([self._sigs, np.empty_like(self._sigs)])
+        self._thumbs[n : n + k] = screened.mine.thumbs[kept]
+        self._sums[n : n + k] = screened.mine.sums[kept]
+        self._sigs[n : n + k] = screened.mine.sigs[kept]
+        self._ids += [screened.rows[j]["id"] for j in kept]
+        self._lsh.insert(screened.keys[kept], np.arange(n, n + k))
 
-    def _confirmed(self, owner: np.ndarray, idx: np.ndarray, thumbs: np.ndarray, sums: np.ndarray,
-                   other_thumbs: np.ndarray, other_sums: np.ndarray) -> list[tuple[int, int, int]]:
-        """(other row, row, distance) for each candidate pair within the image distance."""
+    def _confirmed(self, owner: np.ndarray, idx: np.ndarray, mine: _Rows,
+                   other: _Rows) -> list[tuple[int, int, int, float]]:
+        """(other row, row, distance, similarity) for each candidate pair at or above the similarity threshold
+        and within the image distance."""
+        if not len(idx):
+            return []
+        agree = np.count_nonzero(other.sigs.take(idx, axis=0) == mine.sigs.take(owner, axis=0), axis=1)
+        similar = agree >= self._min_agree
+        owner, idx, agree = owner[similar], idx[similar], agree[similar]
         if not len(idx):
             return []
         # (12, pairs): transposed, the max over the 12 sums is 12 vectorised steps. (`take` is
         # far cheaper than fancy indexing.)
-        gaps = other_sums.take(idx, axis=0).T.copy()
-        gaps -= sums.take(owner, axis=0).T
+        gaps = other.sums.take(idx, axis=0).T.copy()
+        gaps -= mine.sums.take(owner, axis=0).T
         close = np.abs(gaps, out=gaps).max(axis=0) <= self._max_sum_distance
-        owner, idx = owner[close], idx[close]
+        owner, idx, agree = owner[close], idx[close], agree[close]
         if not len(idx):
             return []
-        a, b = other_thumbs.take(idx, axis=0), thumbs.take(owner, axis=0)  # uint8: |a − b| without widening
+        a, b = other.thumbs.take(idx, axis=0), mine.thumbs.take(owner, axis=0)  # uint8: |a − b| without widening
         distance = (np.maximum(a, b) - np.minimum(a, b)).max(axis=1)
         hit = distance <= self._max_distance
-        return list(zip(idx[hit].tolist(), owner[hit].tolist(), distance[hit].tolist(), strict=True))
+        similarity = (agree[hit] / self._num_perm).tolist()
+        return list(zip(idx[hit].tolist(), owner[hit].tolist(), distance[hit].tolist(), similarity, strict=True))
 
-    def _earliest_hits(self, owner: np.ndarray, idx: np.ndarray, thumbs: np.ndarray,
-                       sums: np.ndarray) -> dict[int, tuple[int, int]]:
-        """Per row with any hit among the kept rows: (the earliest such kept row, its distance)."""
-        first: dict[int, tuple[int, int]] = {}
-        for i, j, distance in self._confirmed(owner, idx, thumbs, sums, self._thumbs, self._sums):
+    def _earliest_hits(self, owner: np.ndarray, idx: np.ndarray, mine: _Rows) -> dict[int, tuple[int, int, float]]:
+        """Per row with any hit among the kept rows: (the earliest such kept row, its distance, its similarity)."""
+        first: dict[int, tuple[int, int, float]] = {}
+        kept = _Rows(self._thumbs, self._sums, self._sigs)
+        for i, j, distance, similarity in self._confirmed(owner, idx, mine, kept):
             if j not in first or i < first[j][0]:
-                first[j] = (i, distance)
+                first[j] = (i, distance, similarity)
         return first
 
-    def rejection(self, first_id: str, distance: int) -> Rejected:
-        return Rejected("near_duplicate", f"near-duplicate of {first_id!r} (thumbnail distance "
-                        f"{distance} ≤ near_dup_image_distance={self._max_distance})")
+    def rejection(self, first_id: str, distance: int, similarity: float) -> Rejected:
+        return Rejected("near_duplicate", f"near-duplicate of {first_id!r} (estimated similarity {similarity:.2f} ≥ "
+                        f"near_dup_threshold={self._threshold}, thumbnail distance {distance} ≤ "
+                        f"near_dup_image_distance={self._max_distance})")
 
     def id_of(self, kept: int) -> str:
         """The id of the ``kept``-th kept row."""
         return self._ids[kept]
 
 
+@dataclass(frozen=True)
+class _Rows:
+    """What the near-duplicate checks compare, for some rows: thumbnails, their quadrant sums, signatures."""
+
+    thumbs: np.ndarray
+    sums: np.ndarray
+    sigs: np.ndarray
+
+
 class NearScreen:
     """A batch's near-duplicate verdicts, taken in drop order as the caller keeps rows."""
 
-    def __init__(self, index: NearDedup, rows: list[dict], first_kept: dict, partners: dict,
-                 thumbs: np.ndarray, sums: np.ndarray, key_lists: list[list[int]]) -> None:
-        self.index, self.rows, self.thumbs, self.sums, self.key_lists = index, rows, thumbs, sums, key_lists
+    def __init__(self, index: NearDedup, rows: list[dict], first_kept: dict, partners: dict, mine: _Rows,
+                 keys: np.ndarray) -> None:
+        self.index, self.rows, self.mine, self.keys = index, rows, mine, keys
         self._first_kept, self._partners = first_kept, partners
         self.kept: list[int] = []
         self._is_kept = [False] * len(rows)
 
     def check(self, j: int) -> Rejected | None:
         if j in self._first_kept:  # rows kept before this batch come before any row of it
-            i, distance = self._first_kept[j]
-            return self.index.rejection(self.index.id_of(i), distance)
-        for i, distance in self._partners.get(j, ()):
+            i, distance, similarity = self._first_kept[j]
+            return self.index.rejection(self.index.id_of(i), distance, similarity)
+        for i, distance, similarity in self._partners.get(j, ()):
             if self._is_kept[i]:
-                return self.index.rejection(self.rows[i]["id"], distance)
+                return self.index.rejection(self.rows[i]["id"], distance, similarity)
         return None
 
     def keep(self, j: int) -> None:

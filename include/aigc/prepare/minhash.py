@@ -1,14 +1,14 @@
 """MinHash signatures and a banded LSH index, small and vectorised.
 
 Signatures are computed in the decoding processes (numpy over all permutations at once);
-the index lives in the parent and holds, per kept record, one int per band: near-duplicate
-candidates come from a dict lookup, never from comparing against every earlier record.
+the index lives in the parent and holds, per kept record, one key per band in sorted numpy runs:
+near-duplicate candidates come from a binary search, never from comparing against every earlier
+record, and at most a fixed number come from any one bucket.
 """
 
 from __future__ import annotations
 
 import zlib
-from array import array
 from functools import lru_cache
 
 import numpy as np
@@ -32,6 +32,13 @@ def signature(tokens: set[str], num_perm: int) -> np.ndarray:
     x = np.fromiter(map(_token_hash, tokens), dtype=np.uint64, count=len(tokens))
     a, b = _permutations(num_perm)
     return ((np.outer(x, a) + b) % _PRIME).min(axis=0).astype(np.uint32)  # (tokens, perms) → (perms,)
+
+
+def token_signatures(tokens: list[str], num_perm: int) -> np.ndarray:
+    """(len(tokens), num_perm): ``signature({token})`` of each token alone, all at once."""
+    x = np.fromiter(map(_token_hash, tokens), dtype=np.uint64, count=len(tokens))
+    a, b = _permutations(num_perm)
+    return ((np.outer(x, a) + b) % _PRIME).astype(np.uint32)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -69,40 +76,66 @@ def band_keys(sig: np.ndarray, threshold: float, num_perm: int) -> np.ndarray:
     return np.bitwise_xor.reduce(mixed ^ (used << np.uint64(29)), axis=-1)
 
 
-class BandedLSH:
-    """Candidate lookup by band keys (from ``band_keys``); values are row numbers (int64).
+class BandIndex:
+    """Candidate lookup by band keys (from ``band_keys``): the kept rows that share a band with a query row.
 
-    Each bucket is an ``array`` of int64, not a list of ints: a query joins the buckets' bytes
-    into one numpy array without touching a Python int, which matters when captions repeat and
-    buckets hold hundreds of rows.
+    Work per query row is bounded: a bucket (one band's key) yields at most ``per_bucket`` of its members, the
+    earliest kept, so a drop where thousands of rows look alike costs each row at most ``bands · per_bucket``
+    candidates instead of a number that grows with the drop (the earliest members are the ones the first-wins
+    rule would name anyway). Memory is 16 bytes per (row, band): sorted numpy runs of (key, row), merged like a
+    binary counter (a log-structured merge), so a lookup is a few ``searchsorted`` calls for a whole batch and
+    nothing is held per row in Python objects.
     """
 
-    def __init__(self, threshold: float, num_perm: int):
+    def __init__(self, threshold: float, num_perm: int, per_bucket: int = 32):
         self.bands, self.rows = bands_for(threshold, num_perm)
-        self._tables: list[dict[int, array]] = [{} for _ in range(self.bands)]
+        self.per_bucket = per_bucket
+        # Band b's key k is stored as k ^ salt[b]: one key space for all bands, one sorted array per run.
+        self._salt = (np.arange(self.bands, dtype=np.uint64) + np.uint64(1)) * np.uint64(0xBF58476D1CE4E5B9)
+        self._runs: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted keys, their rows), older runs first
 
-    def query(self, keys: list[int]) -> np.ndarray:
-        """The values stored under any of the band ``keys``, in no particular order.
+    def __len__(self) -> int:
+        return sum(len(keys) for keys, _ in self._runs) // self.bands
 
-        A value appears once per band it shares: removing the repeats costs more than the
-        vectorised checks that follow spend on them.
-        """
-        return self.query_many([keys])[0]
+    @property
+    def nbytes(self) -> int:
+        return sum(keys.nbytes + rows.nbytes for keys, rows in self._runs)
 
-    def query_many(self, keys_per_row: list[list[int]]) -> tuple[np.ndarray, list[int]]:
-        """``query`` for many rows at once: all their values in one array, and how many are each row's."""
-        hits: list[array] = []
-        counts = []
-        for keys in keys_per_row:
-            before = len(hits)
-            hits += [table[key] for table, key in zip(self._tables, keys, strict=True) if key in table]
-            counts.append(sum(map(len, hits[before:])))
-        return np.frombuffer(b"".join(hits), dtype=np.int64), counts
+    def query(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(owner, candidate): each distinct pair of a query row (its index in ``keys``, shape (n, bands)) and a
+        stored row sharing a band with it, at most ``per_bucket`` stored rows per band of a query row."""
+        salted = (np.asarray(keys, dtype=np.uint64).reshape(-1, self.bands) ^ self._salt).ravel()
+        owners, found = [], []
+        room = np.full(len(salted), self.per_bucket, dtype=np.int64)  # per (row, band), across runs
+        for run_keys, run_rows in self._runs:
+            lo = np.searchsorted(run_keys, salted, side="left")
+            take = np.minimum(np.searchsorted(run_keys, salted, side="right") - lo, room)
+            room -= take
+            hits = np.flatnonzero(take)
+            if not len(hits):
+                continue
+            counts = take[hits]
+            # Each hit's positions lo, lo+1, …: one arange, shifted per hit.
+            starts = np.repeat(lo[hits] - (np.cumsum(counts) - counts), counts)
+            found.append(run_rows[starts + np.arange(counts.sum())])
+            owners.append(np.repeat(hits // self.bands, counts))
+        if not found:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        found_all = np.concatenate(found)
+        span = int(found_all.max()) + 1
+        pairs = np.unique(np.concatenate(owners) * span + found_all)  # one int per pair: a 1-D unique is cheap
+        return pairs // span, pairs % span
 
-    def insert(self, keys: list[int], value: int) -> None:
-        for table, key in zip(self._tables, keys, strict=True):
-            bucket = table.get(key)
-            if bucket is None:
-                table[key] = array("q", (value,))
-            else:
-                bucket.append(value)
+    def insert(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Store rows ``values`` (int64, ascending, after every stored row) under their band ``keys`` (k, bands)."""
+        values = np.asarray(values, dtype=np.int64)
+        if not len(values):
+            return
+        salted = (np.asarray(keys, dtype=np.uint64).reshape(-1, self.bands) ^ self._salt).ravel()
+        order = np.argsort(salted, kind="stable")  # stable: equal keys keep row order, oldest first
+        self._runs.append((salted[order], np.repeat(values, self.bands)[order]))
+        while len(self._runs) > 1 and len(self._runs[-2][0]) <= 2 * len(self._runs[-1][0]):
+            (k_old, r_old), (k_new, r_new) = self._runs[-2], self._runs[-1]
+            k, r = np.concatenate([k_old, k_new]), np.concatenate([r_old, r_new])
+            order = np.argsort(k, kind="stable")  # the older run first: equal keys stay oldest first
+            self._runs[-2:] = [(k[order], r[order])]

@@ -35,6 +35,10 @@ DIRT_KINDS = (
 REPAIRED_KINDS = ("wrong_size", "wrong_mode", "messy_whitespace")
 """Dirt that prepare normalises instead of quarantining."""
 _BLOCKED_SAMPLE = ("nsfw", "gore", "explicit")
+PLANTED = "_planted.json"
+"""Beside the records: the id of every planted defect by kind ([id, original id] for copies), the truth a test or
+bench checks prepare's verdicts against. Prepare never reads it."""
+_COPIES = ("exact_duplicate", "near_duplicate", "duplicate_id")
 
 
 def make_raw_drop(raw: Lake, date: str | dt.date, cfg: RawDropConfig) -> dict:
@@ -44,6 +48,7 @@ def make_raw_drop(raw: Lake, date: str | dt.date, cfg: RawDropConfig) -> dict:
     raw.delete_prefix(prefix)  # a re-run replaces the drop, it never appends to it
     rng = random.Random(f"{cfg.seed}:{date.isoformat()}")
     planted: Counter[str] = Counter()
+    planted_ids: dict[str, list] = {}
     recent: deque[tuple[dict, bytes]] = deque(maxlen=256)  # clean records to duplicate from
     files, lines, uploads = [], [], []
     start = dt.datetime.combine(date, dt.time(), tzinfo=dt.UTC)
@@ -63,9 +68,10 @@ def make_raw_drop(raw: Lake, date: str | dt.date, cfg: RawDropConfig) -> dict:
             if kind in ("exact_duplicate", "near_duplicate", "duplicate_id") and not recent:
                 kind = None
             image = None if kind else png_bytes(render(scene, cfg.resolution))
-            line, image = _dirty(kind, record, image, scene, cfg, rng, recent)
+            line, image, original = _dirty(kind, record, image, scene, cfg, rng, recent)
             if kind:
                 planted[kind] += 1
+                planted_ids.setdefault(kind, []).append([rec_id, original] if kind in _COPIES else rec_id)
             else:
                 recent.append((record, image))
             if image is not None:
@@ -79,6 +85,7 @@ def make_raw_drop(raw: Lake, date: str | dt.date, cfg: RawDropConfig) -> dict:
                 for f in uploads:
                     f.result()  # surface upload errors here, and bound the queue
                 uploads = []
+    raw.put_bytes(join(prefix, PLANTED), json_bytes(dict(sorted(planted_ids.items()))))
     marker = {"records": cfg.n, "files": files, "created_at": dt.datetime.now(dt.UTC).isoformat()}
     raw.put_bytes(join(prefix, SUCCESS), json_bytes(marker))
     return {
@@ -90,22 +97,28 @@ def make_raw_drop(raw: Lake, date: str | dt.date, cfg: RawDropConfig) -> dict:
     }
 
 
-def _dirty(kind, record, image, scene, cfg, rng, recent) -> tuple[bytes, bytes | None]:
-    """Apply one kind of dirt; return (the JSONL line, the image bytes to upload or None)."""
-    res = cfg.resolution
-    if kind is None:
-        return _line(record), image
-    if kind in ("exact_duplicate", "near_duplicate", "duplicate_id"):
+def _dirty(kind, record, image, scene, cfg, rng, recent) -> tuple[bytes, bytes | None, str | None]:
+    """Apply one kind of dirt; return (the JSONL line, the image bytes to upload or None, the id of the record a
+    copy was made from or None)."""
+    if kind in _COPIES:
         original, original_image = rng.choice(recent)
         if kind == "exact_duplicate":  # the same content re-uploaded under a new id
-            return _line({**original, "id": record["id"], "image": record["image"]}), original_image
+            return _line({**original, "id": record["id"], "image": record["image"]}), original_image, original["id"]
         if kind == "duplicate_id":  # new content that reuses an id already in the drop
-            image = png_bytes(render(scene, res))
-            return _line({**record, "id": original["id"]}), image
+            image = png_bytes(render(scene, cfg.resolution))
+            return _line({**record, "id": original["id"]}), image, original["id"]
         noisy = Image.open(io.BytesIO(original_image)).convert("RGB")
         noisy = Image.eval(noisy, lambda v: max(0, min(255, v + rng.choice((-3, 0, 3)))))
         caption = original["caption"].replace("a ", "A ", 1) + rng.choice((".", " corner.", "!", " ."))
-        return _line({**record, "caption": caption}), png_bytes(noisy)
+        return _line({**record, "caption": caption}), png_bytes(noisy), original["id"]
+    return (*_defect(kind, record, image, scene, cfg, rng), None)
+
+
+def _defect(kind, record, image, scene, cfg, rng) -> tuple[bytes, bytes | None]:
+    """A record's own defect (not a copy of another): (the JSONL line, the image bytes to upload or None)."""
+    res = cfg.resolution
+    if kind is None:
+        return _line(record), image
     good = png_bytes(render(scene, res))
     if kind == "undecodable":
         return _line(record), rng.randbytes(200)

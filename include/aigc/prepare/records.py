@@ -109,11 +109,12 @@ class SignatureDedup:
     is a near-duplicate only when its signatures agree on at least ``threshold`` of their positions (an unbiased
     estimate of the tokens' Jaccard similarity), so the configured similarity is what decides."""
 
-    def __init__(self, threshold: float, num_perm: int, what: str = "content") -> None:
+    def __init__(self, threshold: float, num_perm: int, what: str = "content", per_bucket: int = 32) -> None:
         self.exact, self.threshold, self.num_perm, self.what = ExactDedup(), threshold, num_perm, what
-        self._lsh = minhash.BandedLSH(threshold, num_perm)
+        self._lsh = minhash.BandIndex(threshold, num_perm, per_bucket)
         self._sigs = np.empty((1024, num_perm), dtype=np.uint32)
         self._ids: list[str] = []
+        self.candidates = 0
 
     def check_batch(self, rows: list[dict]) -> list[Rejected | None]:
         verdicts: list[Rejected | None] = []
@@ -125,11 +126,16 @@ class SignatureDedup:
             verdicts.append(verdict)
         return verdicts
 
+    def stats(self) -> dict:
+        """What dedup cost: near-duplicate candidates compared (against kept rows) and the index's bytes."""
+        return {"near_candidates": self.candidates, "index_bytes": self._lsh.nbytes + self._sigs.nbytes}
+
     def _near(self, row: dict) -> Rejected | None:
         if row.get("_sig") is None:
             return None
         sig = np.frombuffer(row["_sig"], dtype=np.uint32)
-        candidates = np.unique(self._lsh.query(_bands(row)))
+        _, candidates = self._lsh.query(_bands(row))
+        self.candidates += len(candidates)
         if not len(candidates):
             return None
         agreement = (self._sigs[candidates] == sig).mean(axis=1)
@@ -147,11 +153,11 @@ class SignatureDedup:
             self._sigs = np.concatenate([self._sigs, np.empty_like(self._sigs)])
         self._sigs[n] = np.frombuffer(row["_sig"], dtype=np.uint32)
         self._ids.append(row["id"])
-        self._lsh.insert(_bands(row), n)
+        self._lsh.insert(_bands(row), np.array([n]))
 
 
-def _bands(row: dict) -> list[int]:
-    return np.frombuffer(row["_bands"], dtype=np.uint64).tolist()
+def _bands(row: dict) -> np.ndarray:
+    return np.frombuffer(row["_bands"], dtype=np.uint64)[None]
 
 
 class PerRecordRules(RecordRules):
@@ -204,4 +210,4 @@ class PerRecordRules(RecordRules):
         return Examined(outcomes, {name: [row[name] for row in rows] for name in self.curated_schema.names})
 
     def deduplicator(self, cfg):
-        return SignatureDedup(cfg.near_dup_threshold, cfg.near_dup_num_perm)
+        return SignatureDedup(cfg.near_dup_threshold, cfg.near_dup_num_perm, per_bucket=cfg.near_dup_per_bucket)

@@ -15,7 +15,6 @@ import datetime as dt
 import json
 import logging
 import math
-import os
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from aigc.prepare.drop import SUCCESS, EmptyDrop, RawLine, drop_prefix, iter_lin
 from aigc.prepare.records import Examined, Rejected
 from aigc.prepare.shards import QUARANTINE_SCHEMA, RollingParquetWriter
 from aigc.prepare.worker import examine_lines, init_worker
-from aigc.procs import worker_processes_allowed
+from aigc.procs import available_cpus, worker_processes_allowed
 from aigc.progress import progress
 from aigc.workloads import RecordRules, load_workload
 
@@ -102,7 +101,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
             values = rows[column]
             stats[column] = [min(lo, min(values)), max(hi, max(values)), total + sum(values)]
 
-    workers = cfg.workers or os.cpu_count() or 1
+    workers = cfg.workers or available_cpus()
     drop = raw.sub(drop_prefix(date))
     in_flight: deque[tuple[list[RawLine], Future]] = deque()
     max_in_flight = max(2 * workers, cfg.window // BATCH)
@@ -155,6 +154,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         "staging_uri": lake.url(curated_run), "quarantine_uri": lake.url(quarantine_run),
         "shards": len(curated_shards), "seconds": round(seconds, 3),
         "rows_per_s": round(n_input / seconds, 1) if seconds else None,
+        "dedup": dedup.stats() if hasattr(dedup, "stats") else None,
     }
 
 

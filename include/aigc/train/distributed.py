@@ -19,6 +19,8 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from aigc.procs import available_cpus
+
 log = logging.getLogger(__name__)
 
 
@@ -51,7 +53,7 @@ def init_distributed(threads: int = 0, timeout_s: int = 1800) -> Dist:
     else:
         device = torch.device("cpu")
     # torchrun sets OMP_NUM_THREADS=1 for several processes; share the cores instead.
-    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
+    torch.set_num_threads(threads or max(1, available_cpus() // local_world))
     backend = None
     if "RANK" in os.environ and world >= 1:
         backend = "nccl" if device.type == "cuda" else "gloo"

@@ -22,6 +22,7 @@ from aigc.config import PipelineConfig
 from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date, validate_run_id
 from aigc.lake.publish import new_run_id
+from aigc.procs import available_cpus
 from aigc.train.artifacts import SUMMARY, training_run_prefix
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def torchrun_command(cfg: PipelineConfig, *, lake_uri: str, date: str, run_id: s
 
 def _thread_env(cfg: PipelineConfig) -> dict[str, str]:
     """OMP threads per worker: the cores shared among the local processes (torchrun would say 1)."""
-    threads = cfg.train.threads or max(1, (os.cpu_count() or 1) // cfg.train.nproc)
+    threads = cfg.train.threads or max(1, available_cpus() // cfg.train.nproc)
     return {"OMP_NUM_THREADS": str(threads)}
 
 

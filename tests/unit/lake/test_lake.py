@@ -126,6 +126,14 @@ def test_s3_options_come_from_the_standard_variables():
         S3Options(max_attempts=0)
 
 
+def test_s3_options_never_show_the_secret_or_the_session_token():
+    opts = S3Options(endpoint_url="http://minio:9000", access_key="AKIDEXAMPLE", secret_key="wJalrXUtnFEMI-secret",
+                     session_token="FwoGZXIvYXdzE-token")
+    shown = f"{opts!r} {opts!s} {[opts]} {S3Lake('s3://bucket/x', opts)!r}"
+    assert "wJalrXUtnFEMI-secret" not in shown and "FwoGZXIvYXdzE-token" not in shown
+    assert "http://minio:9000" in repr(opts)  # the rest is still there to debug with
+
+
 HOW_TO_SET = "AWS_ENDPOINT_URL (MinIO or another S3-compatible server"
 
 

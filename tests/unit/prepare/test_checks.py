@@ -247,7 +247,7 @@ def test_near_identical_records_have_similar_signatures_and_different_ones_do_no
     far = examine({**GOOD, "caption": other.caption}, png_bytes(render(other, 32)), CFG)
     assert near["content_hash"] != original["content_hash"]
     def sig(row):
-        return checks.signature(row["caption"], row["_thumb"], CFG.near_dup_num_perm)
+        return np.frombuffer(row["_sig"], dtype=np.uint32)
 
     assert CFG.near_dup_threshold <= jaccard(sig(original), sig(near)) < 1
     assert jaccard(sig(original), sig(far)) < 0.3

@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from aigc.prepare.minhash import BandedLSH, band_keys, bands_for, jaccard, signature
+from aigc.prepare.minhash import BandIndex, band_keys, bands_for, jaccard, signature, token_signatures
 
 
 def sets_with_jaccard(j: float, size: int = 200, seed: int = 0) -> tuple[set[str], set[str]]:
@@ -34,18 +34,59 @@ def test_bands_trade_recall_at_the_threshold_for_fewer_candidates():
     assert 1 - (1 - 0.7 ** (rows + 1)) ** (64 // (rows + 1)) < 0.85  # one more row would miss too many
 
 
-def keys(tokens: set[str]) -> list[int]:
-    return band_keys(signature(tokens, 64), 0.7, 64).tolist()
+def test_token_signatures_are_each_tokens_signature_alone():
+    tokens = ["w:a", "c3:17", "g:15_15_15"]
+    assert np.array_equal(token_signatures(tokens, 64), np.stack([signature({t}, 64) for t in tokens]))
+
+
+def keys(tokens: set[str]) -> np.ndarray:
+    return band_keys(signature(tokens, 64), 0.7, 64)[None]
 
 
 def test_index_finds_near_signatures_and_not_distant_ones():
-    index = BandedLSH(0.7, 64)
+    index = BandIndex(0.7, 64)
     near_hits = far_hits = 0
     for seed in range(50):
         a, b = sets_with_jaccard(0.9, seed=seed)
         c, d = sets_with_jaccard(0.1, seed=1000 + seed)
-        index.insert(keys(a), seed)
-        near_hits += seed in index.query(keys(b)).tolist()
-        index.insert(keys(c), 1000 + seed)
-        far_hits += (1000 + seed) in index.query(keys(d)).tolist()
+        index.insert(keys(a), np.array([2 * seed]))
+        near_hits += 2 * seed in index.query(keys(b))[1].tolist()
+        index.insert(keys(c), np.array([2 * seed + 1]))
+        far_hits += 2 * seed + 1 in index.query(keys(d))[1].tolist()
     assert near_hits == 50 and far_hits <= 2
+    assert len(index) == 100 and index.nbytes == 100 * index.bands * 16
+
+
+def brute_force(stored: np.ndarray, queries: np.ndarray, per_bucket: int) -> set[tuple[int, int]]:
+    """The definition: per query row and band, the first ``per_bucket`` stored rows with that band's key."""
+    pairs = set()
+    for q, row in enumerate(queries):
+        for band, key in enumerate(row):
+            same = [i for i in range(len(stored)) if stored[i, band] == key]
+            pairs |= {(q, i) for i in same[:per_bucket]}
+    return pairs
+
+
+@pytest.mark.parametrize("per_bucket", [1, 3, 1000])
+def test_index_queries_equal_the_definition_across_merged_runs(per_bucket):
+    """Few distinct keys, so buckets are crowded; inserts of uneven sizes, so runs merge at different depths."""
+    rng = np.random.default_rng(per_bucket)
+    index = BandIndex(0.7, 64, per_bucket)
+    stored = np.empty((0, index.bands), dtype=np.uint64)
+    for size in (1, 5, 2, 17, 1, 1, 40, 3, 9):
+        queries = rng.integers(0, 4, size=(7, index.bands), dtype=np.uint64)
+        owner, found = index.query(queries)
+        assert set(zip(owner.tolist(), found.tolist(), strict=True)) == brute_force(stored, queries, per_bucket)
+        new = rng.integers(0, 4, size=(size, index.bands), dtype=np.uint64)
+        index.insert(new, np.arange(len(stored), len(stored) + size))
+        stored = np.concatenate([stored, new])
+    assert len(index._runs) < 9  # merged: runs grow like a binary counter, not one per insert
+
+
+def test_a_crowded_bucket_costs_a_query_at_most_per_bucket_candidates_a_band():
+    index = BandIndex(0.7, 64, per_bucket=8)
+    same = np.zeros((1, index.bands), dtype=np.uint64)
+    for start in range(0, 5000, 500):
+        index.insert(np.repeat(same, 500, axis=0), np.arange(start, start + 500))
+    owner, found = index.query(same)
+    assert found.tolist() == list(range(8))  # the earliest: the first-wins rule names those

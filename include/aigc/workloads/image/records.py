@@ -15,7 +15,7 @@ class ImageRecordRules(RecordRules):
     attachment_field = "image"
     payload_columns = ("image",)
     stats_columns = ("caption_chars",)
-    dedup_keys = ("id", "content_hash", "_thumb", "_bands")
+    dedup_keys = ("id", "content_hash", "_thumb", "_sig", "_bands")
 
     reasons = REASONS
     curated_schema = CURATED_SCHEMA
@@ -40,7 +40,8 @@ class ImageRecordRules(RecordRules):
         return Examined(outcomes, {name: [row[name] for row in rows] for name in self.curated_schema.names})
 
     def deduplicator(self, cfg):
-        return Deduplicator(cfg.near_dup_threshold, cfg.near_dup_num_perm, cfg.near_dup_image_distance)
+        return Deduplicator(cfg.near_dup_threshold, cfg.near_dup_num_perm, cfg.near_dup_image_distance,
+                            cfg.near_dup_per_bucket)
 
     def expectations(self, cfg):
         import great_expectations.expectations as gxe
