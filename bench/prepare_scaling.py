@@ -98,7 +98,8 @@ def _captions(lake) -> dict[str, str]:
             for line in raw.iter_lines(key):
                 try:
                     record = json.loads(line)
-                    out[record["id"]] = record["caption"]
+                    # The first record with an id keeps it: a later one reusing the id is quarantined as such.
+                    out.setdefault(record["id"], record["caption"])
                 except (ValueError, KeyError, TypeError):
                     continue
     return out

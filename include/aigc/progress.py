@@ -15,11 +15,21 @@ T = TypeVar("T")
 log = logging.getLogger("aigc")
 
 
+WIRE_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3")
+"""Loggers whose DEBUG lines show requests on the wire, credentials included."""
+
+
 def setup_logging(level: str | int | None = None) -> None:
     level = level or os.environ.get("AIGC_LOG_LEVEL", "INFO")
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Great Expectations narrates its own set-up at INFO (hundreds of lines per gate): keep its warnings only.
     logging.getLogger("great_expectations").setLevel(max(logging.WARNING, logging.getLogger().level))
+    # The S3 client's debug output carries credentials (botocore logs each request's headers, the session token
+    # among them, and its signing steps): --log-level DEBUG is for aigc's own lines. AIGC_WIRE_DEBUG=1, and a
+    # log kept to oneself, for the rare case that needs the wire.
+    if os.environ.get("AIGC_WIRE_DEBUG") != "1":
+        for name in WIRE_LOGGERS:
+            logging.getLogger(name).setLevel(max(logging.INFO, logging.getLogger().level))
 
 
 def progress(items: Iterable[T], *, desc: str, total: int | None = None, unit: str = "it") -> Iterator[T]:

@@ -39,14 +39,15 @@ class DistributedTrainOperator(BaseOperator):
         self._proc: subprocess.Popen | None = None
 
     def execute(self, context) -> dict:
+        from aigc.devices import processes_per_node
         from aigc.stages import TRAIN
 
         lake = open_task_lake()
         hold_partition_or_fail(context, lake)
         cfg = pipeline_config(run_params(context))
         run_id = training_run_id(context, cfg)
-        self.log.info("training run %s: %s process(es) per node × %s node(s)", run_id, cfg.train.nproc,
-                      cfg.train.nnodes)
+        self.log.info("training run %s: %s process(es) per node × %s node(s)", run_id,
+                      processes_per_node(cfg.train.nproc), cfg.train.nnodes)
         return TRAIN.produce(lake, partition_date(context), cfg, run_id=run_id, env=lake_env(),
                              on_line=self.log.info, on_start=self._started)
 

@@ -175,7 +175,7 @@ def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
     assert params["workload"] == os.environ.get("AIGC_DEFAULT_WORKLOAD", "image")
     for name, bad in (("resolution", 33), ("dirt_rate", 1.5), ("preset", "huge"), ("n_records", 0),
                       ("workload", "my model; rm -rf"), ("workload", "pkg.mod:"),
-                      ("nproc", 0), ("precision", "fp8"), ("train_steps", 0), ("variant", "fp64"),
+                      ("nproc", -1), ("precision", "fp8"), ("train_steps", 0), ("variant", "fp64"),
                       ("budget_fraction", 0), ("generate_shards", 0)):
         with pytest.raises(ParamValidationError):
             params[name] = bad

@@ -103,7 +103,12 @@ def test_s3_endpoint_is_the_minio_service(compose):
     assert conn["extra"]["region_name"] == env["AWS_DEFAULT_REGION"]
     credentials, root = (conn["login"], conn["password"]), minio["environment"]
     assert credentials == (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
-    assert credentials == (root["MINIO_ROOT_USER"], root["MINIO_ROOT_PASSWORD"])
+    pipeline_user = compose["services"]["minio-init"]["environment"]
+    assert credentials == (pipeline_user["AIGC_S3_ACCESS_KEY"], pipeline_user["AIGC_S3_SECRET_KEY"])
+    assert conn["login"] != root["MINIO_ROOT_USER"], "the pipeline must not use MinIO's root"
+    root_names = {"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"}
+    for name, svc in compose["services"].items():  # the root credentials stay with MinIO and minio-init
+        assert name in ("minio", "minio-init") or not root_names & set(svc.get("environment") or {}), name
 
 
 def test_minio_init_creates_the_lake_bucket(compose):
@@ -114,14 +119,39 @@ def test_minio_init_creates_the_lake_bucket(compose):
     assert urlsplit(env["AIRFLOW__LOGGING__REMOTE_BASE_LOG_FOLDER"]).netloc == lake.netloc
 
 
+def test_minio_init_creates_a_user_that_reaches_the_lake_bucket_only(compose):
+    init = compose["services"]["minio-init"]
+    script = " ".join(init["command"])
+    bucket = urlsplit(compose["x-airflow-common"]["environment"]["AIGC_LAKE_URI"]).netloc
+    policy = json.loads(re.search(r"<<'POLICY'\s*(.*?)\s*POLICY", script, re.S).group(1))
+    resources = {r for statement in policy["Statement"] for r in statement["Resource"]}
+    assert resources == {f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"}
+    actions = {a for statement in policy["Statement"] for a in statement["Action"]}
+    assert {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"} <= actions
+    assert not [a for a in actions if a.endswith("*") or a.startswith("admin:")]
+    assert 'mc admin user add lake "${AIGC_S3_ACCESS_KEY}" "${AIGC_S3_SECRET_KEY}"' in script.replace("$$", "$")
+    assert "mc admin policy attach lake aigc-lake --user" in script
+
+
+def gpu_workers(services: dict) -> list[str]:
+    return sorted(name for name, svc in services.items() if "gpu" in queues(svc.get("command", "")))
+
+
 def test_airflow_services_share_image_environment_and_mounts(compose):
     common, services = compose["x-airflow-common"], compose["services"]
     include_target = dockerfile_include_path()
     airflow = {name for name in services if name.startswith("airflow-")}
     assert airflow >= AIRFLOW_SERVICES
+    assert common["build"]["args"]["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
     for name in sorted(airflow):
         svc = services[name]
-        assert (svc["build"], svc["image"]) == (common["build"], common["image"]), name
+        if name in gpu_workers(services):  # the same Dockerfile, torch's CUDA build named explicitly
+            assert svc["build"]["context"] == common["build"]["context"], name
+            assert re.fullmatch(r"https://download\.pytorch\.org/whl/(cu\d+|<<AIGC_TORCH_CUDA>>)",
+                                svc["build"]["args"]["TORCH_INDEX_URL"]), name
+            assert svc["image"] != common["image"], name
+        else:
+            assert (svc["build"], svc["image"]) == (common["build"], common["image"]), name
         assert common["environment"].items() <= svc["environment"].items(), name
         mounts = dict(v.split(":")[:2] for v in svc["volumes"])
         assert mounts.get("./dags") == f"{AIRFLOW_HOME}/dags", name
@@ -134,17 +164,23 @@ def test_airflow_services_share_image_environment_and_mounts(compose):
             assert waits["airflow-init"] == "service_completed_successfully", name
 
 
-def test_gpu_queue_is_served_only_by_gpu_workers(compose):
+def test_gpu_queue_is_served_only_by_gpu_workers_one_gpu_and_one_task_each(compose):
     services = compose["services"]
     listening = {name: queues(svc.get("command", "")) for name, svc in services.items()}
-    assert "gpu" in listening["airflow-worker"]
-    # The DAG sends training and generation to the queue AIGC_GPU_QUEUE names: that queue.
+    assert listening["airflow-worker"] == ["default"]
+    # The DAG sends training and generation to the queue AIGC_GPU_QUEUE names, the same for every component:
+    # `default` on a host without GPUs (.env.example), `gpu` on a GPU host.
     routed = {svc["environment"].get("AIGC_GPU_QUEUE") for name, svc in services.items() if name.startswith("airflow")}
-    assert routed == {"gpu"}
-    assert any("default" in q for q in listening.values())
-    for name in (name for name, qs in listening.items() if "gpu" in qs):
-        devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
-        assert {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]} in devices, name
+    assert routed in ({"default"}, {"<<AIGC_GPU_QUEUE>>"})
+    assert gpu_workers(services) == ["airflow-worker-gpu-0"]
+    for i, name in enumerate(gpu_workers(services)):
+        svc, args = services[name], shlex.split(services[name]["command"])
+        assert svc["profiles"] == ["gpu"], name  # a host without GPUs does not start it
+        assert args[args.index("--concurrency") + 1] == "1", name  # a task owns its GPU
+        devices = svc["deploy"]["resources"]["reservations"]["devices"]
+        assert devices == [{"driver": "nvidia", "device_ids": [str(i)], "capabilities": ["gpu"]}], name
+        assert svc["environment"]["AIGC_REQUIRE_GPU"] == "1", name  # no GPU: fail fast, never train on the CPU
+        assert svc["shm_size"] in ("16gb", "<<AIGC_GPU_SHM_SIZE>>") and svc["ulimits"]["memlock"] == -1, name
 
 
 def test_no_literal_secrets():
@@ -173,6 +209,10 @@ def dockerfile_include_path() -> str:
     assert copied.group(1).rstrip("/") == include
     for pkg in ("apache-airflow-providers-celery", "apache-airflow-providers-postgres", "psycopg2-binary"):
         assert re.search(rf"\s{pkg}==\d", text), f"{pkg} must be installed with an exact pin"
+    # torch comes from the index the build names (CPU by default), before requirements.txt could take PyPI's.
+    assert re.search(r"(?m)^ARG TORCH_INDEX_URL=https://download\.pytorch\.org/whl/cpu$", text)
+    torch_step = text.index('--index-url "${TORCH_INDEX_URL}"')
+    assert torch_step < text.index("-r /opt/airflow/requirements.txt")
     return include
 
 

@@ -81,6 +81,30 @@ def test_make_raw_prepare_status_on_s3(capsys, monkeypatch, s3_server):
     make_prepare_status(capsys, lake)
 
 
+def test_no_secret_reaches_the_output_or_the_logs_even_at_debug_level(capsys, caplog, monkeypatch, s3_server):
+    """The S3 secret and session token: not in any line a command prints or logs (botocore's own debug included)."""
+    import logging
+
+    secret, token = f"sekrit-{uuid.uuid4().hex}", f"tok-{uuid.uuid4().hex}"
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)  # the local S3 server accepts any
+    monkeypatch.setenv("AWS_SESSION_TOKEN", token)
+    lake = f"s3://{s3_server.bucket}/cli-{uuid.uuid4().hex[:12]}"
+    caplog.set_level(logging.DEBUG)
+    printed = []
+    for argv in (MAKE_RAW, PREPARE, ("status", "--date", DATE)):
+        rc = main(["--log-level", "DEBUG", *argv, "--lake", lake])
+        out, err = capsys.readouterr()
+        assert rc == 0, err[-2000:]
+        printed.append(out + err)
+    seen = "\n".join(printed) + "\n".join(r.getMessage() + repr(r.args) for r in caplog.records)
+    assert len(caplog.records) > 20  # debug logging was on: the search had something to search
+    leaks = sorted({r.name for r in caplog.records if secret in r.getMessage() + repr(r.args) or
+                    token in r.getMessage() + repr(r.args)})
+    assert secret not in seen and token not in seen, leaks
+
+
 def test_a_command_refuses_a_date_a_dag_run_is_writing_and_releases_its_own(capsys, tmp_path):
     import datetime as dt
 

@@ -7,6 +7,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from aigc.devices import nvml_handle_key
+
 log = logging.getLogger(__name__)
 
 
@@ -53,8 +55,10 @@ class DeviceProbe:
     def _nvml(self) -> MemoryInfo | None:
         try:
             pynvml = _nvml()
-            index = int(self.device.split(":", 1)[1]) if ":" in self.device else 0
-            mem = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
+            key = nvml_handle_key(int(self.device.split(":", 1)[1]) if ":" in self.device else 0)
+            handle = (pynvml.nvmlDeviceGetHandleByIndex(key) if isinstance(key, int)
+                      else pynvml.nvmlDeviceGetHandleByUUID(key))
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
             return MemoryInfo(self.device, int(mem.total), int(mem.free), "pynvml")
         except Exception as e:  # no driver, no GPU: say so once, fall back to the CPU's numbers
             log.warning("pynvml unavailable for %s (%s): using host memory figures", self.device, e)

@@ -60,6 +60,9 @@ class PrepareConfig:
     """MinHash permutations: more is more exact and slower."""
     near_dup_image_distance: float = 6.0
     """…and images are near-duplicates only if no cell of their 8×8 RGB thumbnails differs by more (0–255)."""
+    dedup_lookback_days: int = 3
+    """Earlier dates whose published rows a drop is deduplicated against (each published partition keeps its rows'
+    dedup keys): 3, the training window's default, so no record is trained on twice; 0: within the drop only."""
     near_dup_per_bucket: int = 32
     """Kept records an LSH bucket offers as candidates (the earliest): bounds each record's dedup work, so a drop
     where thousands of records look alike stays linear. Raise it if near-duplicates of rows deep in a crowded
@@ -89,6 +92,7 @@ class PrepareConfig:
         _check_range(self, "near_dup_num_perm", 16, 1024)
         _check_range(self, "near_dup_image_distance", 0.0, 255.0)
         _check_range(self, "near_dup_per_bucket", 1, 1_000_000)
+        _check_range(self, "dedup_lookback_days", 0, 366)
         _check_range(self, "shard_target_bytes", 64 * 1024, 4 << 30)
         _check_range(self, "row_group_rows", 16, 1_000_000)
         _check_range(self, "row_group_bytes", 64 * 1024, 1 << 30)

@@ -68,8 +68,9 @@ FORM: tuple[FormField, ...] = (
     FormField("window_days", "Training window (days)", "train", "integer", ("train", "window_days"), TRAINING,
               minimum=1, maximum=366,
               description="Curated partitions read: the run's date and the days before it that have one."),
-    FormField("nproc", "Training processes per node", "train", "integer", ("train", "nproc"), TRAINING, minimum=1,
-              maximum=64, description="torchrun --nproc-per-node: CPU processes here, one per GPU on a GPU worker."),
+    FormField("nproc", "Training processes per node", "train", "integer", ("train", "nproc"), TRAINING, minimum=0,
+              maximum=64, description="torchrun --nproc-per-node: 0 for one per visible GPU (2 on a host without "
+                                      "GPUs)."),
     FormField("precision", "Training precision", "train", "string", ("train", "precision"), TRAINING,
               enum=("auto", "fp32", "bf16", "fp16"), description="auto: bf16 on a GPU that has it, else fp32."),
     FormField("max_final_val_loss", "Gate 2: maximum final validation loss", "train", "number",

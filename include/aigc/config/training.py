@@ -73,8 +73,8 @@ class TrainConfig:
     cache_bytes: int = 2 << 30
     """Decoded images each rank keeps in memory (whole shards, least recently used dropped first)."""
     seed: int = 0
-    nproc: int = 2
-    """Processes per node (torchrun --nproc-per-node)."""
+    nproc: int = 0
+    """Processes per node (torchrun --nproc-per-node); 0: one per visible GPU, or 2 on a host without GPUs."""
     nnodes: str = "1"
     """torchrun --nnodes: a count or a MIN:MAX range (elastic)."""
     rdzv_endpoint: str = ""
@@ -104,7 +104,7 @@ class TrainConfig:
         _check_range(self, "health_k", 1.0, 1e6)
         _check_range(self, "prefetch_batches", 1, 1024)
         _check_range(self, "cache_bytes", 1 << 20, 1 << 40)
-        _check_range(self, "nproc", 1, 1024)
+        _check_range(self, "nproc", 0, 1024)
         _check_range(self, "threads", 0, 1024)
         _check_range(self, "timeout_s", 1, 30 * 86400)
         if not all(p.isdigit() and int(p) >= 1 for p in self.nnodes.split(":", 1)):

@@ -9,12 +9,12 @@ import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
-import torch
 from PIL import Image
 
 from aigc.batching import AdaptiveBatcher, DeviceProbe, MemoryModel, meter_for
 from aigc.batching.faults import SimulatedOOM
 from aigc.config import PipelineConfig
+from aigc.devices import pick_device
 from aigc.lake import Lake
 from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join
@@ -31,7 +31,7 @@ class ShardEngine:
         from aigc.registry.loader import Generator
 
         self.lake, self.plan, self.cfg = lake, plan, cfg
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = pick_device().type  # "cuda": the worker's GPU (CUDA_VISIBLE_DEVICES); AIGC_REQUIRE_GPU checked
         self.gen = Generator.load(lake, plan["model"], plan["version"], plan["variant"], device=self.device)
         self.cache_prefix = join("cache", "generations", plan["model"], plan["version"], plan["variant"])
         self.learned_key = join(generation_prefix(plan["model"], plan["date"], plan["run_id"]), LEARNED)

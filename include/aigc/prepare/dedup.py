@@ -13,6 +13,7 @@ this runs in the one parent process that every row passes through.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +39,7 @@ class Deduplicator:
 
     def __init__(self, threshold: float, num_perm: int, max_image_distance: float, per_bucket: int = 32) -> None:
         self.exact = ExactDedup()
-        self.near = NearDedup(threshold, num_perm, max_image_distance, per_bucket)
+        self.near = NearDedup(threshold, num_perm, max_image_distance, per_bucket, published=self.exact.published)
 
     def check_batch(self, rows: list[dict]) -> list[Rejected | None]:
         """Per row, in order: why it duplicates an earlier row (of this batch or before), or None
@@ -58,6 +59,13 @@ class Deduplicator:
         """What dedup cost: near-duplicate candidates compared (against kept rows) and the index's bytes."""
         return {"near_candidates": self.near.candidates, "index_bytes": self.near.nbytes}
 
+    def seed(self, rows: list[dict], origin: str) -> None:
+        """Rows an earlier date kept and published (their dedup keys): later rows that repeat them are duplicates.
+        They were deduplicated when they were prepared, so they join the indexes without a check."""
+        for row in rows:
+            self.exact.add(row, origin)
+        self.near.add_many(rows)
+
 
 class NearDedup:
     """MinHash-LSH proposes candidates; a candidate is a near-duplicate when both its similarity (the share of
@@ -70,8 +78,10 @@ class NearDedup:
     more than 16 · max_image_distance cannot pass the full check.
     """
 
-    def __init__(self, threshold: float, num_perm: int, max_image_distance: float, per_bucket: int = 32) -> None:
+    def __init__(self, threshold: float, num_perm: int, max_image_distance: float, per_bucket: int = 32,
+                 published: Callable[[str], str] = lambda rec_id: "") -> None:
         self._lsh = BandIndex(threshold, num_perm, per_bucket)
+        self._published = published  # ' (published for dt=…)' for a row an earlier date kept
         self._threshold, self._num_perm = threshold, num_perm
         self._min_agree = int(np.ceil(threshold * num_perm - 1e-9))  # positions: no float compare per pair
         self._max_distance = max_image_distance
@@ -120,18 +130,31 @@ class NearDedup:
             partners.setdefault(j, []).append((i, distance, similarity))  # ascending i: nonzero is row-major
         return NearScreen(self, rows, first_kept, partners, mine, keys)
 
+    def add_many(self, rows: list[dict]) -> None:
+        """Rows known to be kept, without screening them against each other (a published date's)."""
+        n = len(rows)
+        thumbs = np.frombuffer(b"".join(row["_thumb"] for row in rows), dtype=np.uint8).reshape(n, _THUMB_BYTES)
+        sigs = np.frombuffer(b"".join(row["_sig"] for row in rows), dtype=np.uint32).reshape(n, self._num_perm)
+        keys = np.frombuffer(b"".join(row["_bands"] for row in rows), dtype=np.uint64).reshape(n, self._lsh.bands)
+        self._append(_Rows(thumbs, thumbs @ _QUADRANT_SUMS, sigs.astype(np.uint16)), keys, [r["id"] for r in rows])
+
     def add_screened(self, screened: NearScreen) -> None:
         kept = screened.kept
-        n, k = len(self._ids), len(kept)
+        mine = screened.mine
+        self._append(_Rows(mine.thumbs[kept], mine.sums[kept], mine.sigs[kept]), screened.keys[kept],
+                     [screened.rows[j]["id"] for j in kept])
+
+    def _append(self, rows: _Rows, keys: np.ndarray, ids: list[str]) -> None:
+        n, k = len(self._ids), len(ids)
         while n + k > len(self._thumbs):
             self._thumbs = np.concatenate([self._thumbs, np.empty_like(self._thumbs)])
             self._sums = np.concatenate([self._sums, np.empty_like(self._sums)])
             self._sigs = np.concatenate([self._sigs, np.empty_like(self._sigs)])
-        self._thumbs[n : n + k] = screened.mine.thumbs[kept]
-        self._sums[n : n + k] = screened.mine.sums[kept]
-        self._sigs[n : n + k] = screened.mine.sigs[kept]
-        self._ids += [screened.rows[j]["id"] for j in kept]
-        self._lsh.insert(screened.keys[kept], np.arange(n, n + k))
+        self._thumbs[n : n + k] = rows.thumbs
+        self._sums[n : n + k] = rows.sums
+        self._sigs[n : n + k] = rows.sigs
+        self._ids += ids
+        self._lsh.insert(keys, np.arange(n, n + k))
 
     def _confirmed(self, owner: np.ndarray, idx: np.ndarray, mine: _Rows,
                    other: _Rows) -> list[tuple[int, int, int, float]]:
@@ -168,7 +191,8 @@ class NearDedup:
         return first
 
     def rejection(self, first_id: str, distance: int, similarity: float) -> Rejected:
-        return Rejected("near_duplicate", f"near-duplicate of {first_id!r} (estimated similarity {similarity:.2f} ≥ "
+        return Rejected("near_duplicate", f"near-duplicate of {first_id!r}{self._published(first_id)} (estimated "
+                        f"similarity {similarity:.2f} ≥ "
                         f"near_dup_threshold={self._threshold}, thumbnail distance {distance} ≤ "
                         f"near_dup_image_distance={self._max_distance})")
 

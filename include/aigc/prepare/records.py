@@ -78,26 +78,36 @@ def parse_record(data: bytes, fields: tuple[str, ...]) -> dict | Rejected:
 
 
 class ExactDedup:
-    """Unique ids and unique content (the row's ``content_hash``)."""
+    """Unique ids and unique content (the row's ``content_hash``), within the drop and against the rows that earlier
+    dates published (``add(row, origin=date)``)."""
 
     def __init__(self) -> None:
         self._ids: set[str] = set()
         self._content: dict[bytes, str] = {}
+        self._origin: dict[str, str] = {}  # id → the date that published it, for rows of earlier dates
 
     def check_id(self, rec_id: str) -> Rejected | None:
         if rec_id in self._ids:
-            return Rejected("duplicate_id", f"id {rec_id!r} appeared earlier in the drop")
+            where = f"was published for dt={self._origin[rec_id]}" if rec_id in self._origin else \
+                "appeared earlier in the drop"
+            return Rejected("duplicate_id", f"id {rec_id!r} {where}")
         return None
 
     def check(self, row: dict, what: str = "content") -> Rejected | None:
         first = self._content.get(_content_key(row))
         if first is not None:
-            return Rejected("exact_duplicate", f"same {what} as {first!r}")
+            return Rejected("exact_duplicate", f"same {what} as {first!r}{self.published(first)}")
         return None
 
-    def add(self, row: dict) -> None:
+    def add(self, row: dict, origin: str | None = None) -> None:
         self._ids.add(row["id"])
         self._content[_content_key(row)] = row["id"]
+        if origin:
+            self._origin[row["id"]] = origin
+
+    def published(self, rec_id: str) -> str:
+        """' (published for dt=…)' when ``rec_id`` came from an earlier date, else ''."""
+        return f" (published for dt={self._origin[rec_id]})" if rec_id in self._origin else ""
 
 
 def _content_key(row: dict) -> bytes:
@@ -130,6 +140,12 @@ class SignatureDedup:
         """What dedup cost: near-duplicate candidates compared (against kept rows) and the index's bytes."""
         return {"near_candidates": self.candidates, "index_bytes": self._lsh.nbytes + self._sigs.nbytes}
 
+    def seed(self, rows: list[dict], origin: str) -> None:
+        """Rows an earlier date kept and published (their dedup keys): later rows that repeat them are duplicates."""
+        for row in rows:
+            self.exact.add(row, origin)
+            self._add(row)
+
     def _near(self, row: dict) -> Rejected | None:
         if row.get("_sig") is None:
             return None
@@ -142,8 +158,10 @@ class SignatureDedup:
         best = int(np.argmax(agreement))
         if agreement[best] < self.threshold:
             return None
-        return Rejected("near_duplicate", f"near-duplicate of {self._ids[candidates[best]]!r} (estimated Jaccard "
-                                          f"similarity {agreement[best]:.2f} ≥ near_dup_threshold={self.threshold})")
+        first = self._ids[candidates[best]]
+        return Rejected("near_duplicate", f"near-duplicate of {first!r}{self.exact.published(first)} (estimated "
+                                          f"Jaccard similarity {agreement[best]:.2f} ≥ near_dup_threshold="
+                                          f"{self.threshold})")
 
     def _add(self, row: dict) -> None:
         if row.get("_sig") is None:

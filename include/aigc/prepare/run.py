@@ -26,6 +26,7 @@ from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
 from aigc.prepare.drop import SUCCESS, EmptyDrop, RawLine, drop_prefix, iter_lines, record_files
+from aigc.prepare.history import KEYS_DIR, keys_schema, seed_from_earlier_dates
 from aigc.prepare.records import Examined, Rejected
 from aigc.prepare.shards import QUARANTINE_SCHEMA, RollingParquetWriter
 from aigc.prepare.worker import examine_lines, init_worker
@@ -59,7 +60,10 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
              "row_group_bytes": cfg.row_group_bytes}
     curated = RollingParquetWriter(lake, curated_run, rules.curated_schema, **sizes)
     quarantine = RollingParquetWriter(lake, quarantine_run, QUARANTINE_SCHEMA, **sizes)
+    kept_keys = RollingParquetWriter(lake, join(curated_run, KEYS_DIR), keys_schema(rules.dedup_keys), **sizes)
     dedup = rules.deduplicator(cfg)
+    earlier = seed_from_earlier_dates(dedup, lake, cfg.dataset, date, cfg.dedup_lookback_days, MANIFEST,
+                                      rules.dedup_keys)
     reasons: Counter[str] = Counter()
     n_input = n_curated = 0
     stats = {c: [math.inf, -math.inf, 0] for c in rules.stats_columns}  # min, max, sum
@@ -79,7 +83,8 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         kept: list[int] = []  # rows of `examined.columns`
         candidate = 0
         # The first record wins: dedup runs in drop order.
-        duplicates = iter(dedup.check_batch([v for _, _, v in examined.outcomes if not isinstance(v, Rejected)]))
+        keys = [v for _, _, v in examined.outcomes if not isinstance(v, Rejected)]
+        duplicates = iter(dedup.check_batch(keys))
         for line, (record, image, verdict) in zip(lines_, examined.outcomes, strict=True):
             if isinstance(verdict, Rejected):
                 reject(line, verdict, record, image)
@@ -90,6 +95,8 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
             else:
                 kept.append(candidate)
             candidate += 1
+        if kept:
+            kept_keys.write_columns({name: [keys[i][name] for i in kept] for name in rules.dedup_keys})
         if not kept:
             return
         rows = examined.columns
@@ -125,7 +132,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         while in_flight:
             drain_one()
 
-    curated_shards, quarantine_shards = curated.close(), quarantine.close()
+    curated_shards, quarantine_shards, key_shards = curated.close(), quarantine.close(), kept_keys.close()
     if n_input == 0:
         raise EmptyDrop(f"the raw drop at {raw.url(drop_prefix(date))} is complete but holds no records (its "
                         "JSONL files are empty): nothing to prepare. A drop needs at least one record; "
@@ -141,6 +148,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         "input_records": n_input, "rows": n_curated, "quarantined": dict(sorted(reasons.items())),
         "bytes": sum(s["bytes"] for s in curated_shards), "shards": curated_shards,
         "quarantine": {"prefix": quarantine_run, "shards": quarantine_shards},
+        "dedup_keys": key_shards, "deduplicated_against": earlier,
         "workload": workload, "schema": rules.curated_schema.to_string(show_schema_metadata=False),
         "stats": {c: {"min": lo if n_curated else None, "max": hi if n_curated else None,
                       "mean": total / n_curated if n_curated else None} for c, (lo, hi, total) in stats.items()},
@@ -154,7 +162,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         "staging_uri": lake.url(curated_run), "quarantine_uri": lake.url(quarantine_run),
         "shards": len(curated_shards), "seconds": round(seconds, 3),
         "rows_per_s": round(n_input / seconds, 1) if seconds else None,
-        "dedup": dedup.stats() if hasattr(dedup, "stats") else None,
+        "dedup": dedup.stats() if hasattr(dedup, "stats") else None, "deduplicated_against": earlier,
     }
 
 

@@ -29,8 +29,10 @@ def validate_training(lake: Lake, model: str, date: str | dt.date, run_id: str,
 
     prefix = training_run_prefix(model, date, run_id)
     steps = lake.read_parquet([join(prefix, METRICS)]).to_pandas()
+    # A step the fp16 GradScaler skipped (its gradients overflowed) has an infinite norm by design: not a failure.
     trained = steps[steps["step"] > 0].assign(
-        loss_finite=lambda f: f["loss"].map(math.isfinite), grad_finite=lambda f: f["grad_norm"].map(math.isfinite))
+        loss_finite=lambda f: f["loss"].map(math.isfinite),
+        grad_finite=lambda f: f["grad_norm"].map(math.isfinite) | (f["skipped_step"] == 1))
     val = steps[steps["val_loss"].map(math.isfinite)]
     initial = float(val["val_loss"].iloc[0]) if len(val) else math.nan
     final = float(val["val_loss"].iloc[-1]) if len(val) else math.nan

@@ -37,14 +37,14 @@ _NAN = float("nan")
 METRIC_DEFAULTS: dict[str, float | int | str] = {
     "step": 0, "epoch": 0, "loss": _NAN, "lr": _NAN, "grad_norm": _NAN,
     "samples_per_s": _NAN, "imbalance": _NAN, "step_imbalance": _NAN, "val_loss": _NAN,
-    "rank_norm_min": _NAN, "rank_norm_max": _NAN, "flagged_ranks": "",
+    "rank_norm_min": _NAN, "rank_norm_max": _NAN, "flagged_ranks": "", "skipped_step": 0,
 }
 """The columns of every workload's metrics; the workload's loss parts (``Workload.loss_parts``) follow ``loss``."""
 
 
 def metrics_schema(parts: tuple[str, ...] | list[str] = ()) -> pa.Schema:
     names = [*list(METRIC_DEFAULTS)[:3], *parts, *list(METRIC_DEFAULTS)[3:]]
-    return pa.schema([(k, pa.int64() if k in ("step", "epoch") else pa.string() if k == "flagged_ranks"
+    return pa.schema([(k, pa.int64() if k in ("step", "epoch", "skipped_step") else pa.string() if k == "flagged_ranks"
                        else pa.float64()) for k in names])
 
 
@@ -67,7 +67,8 @@ def write_metrics(lake: Lake, prefix: str, rows: list[dict], parts: tuple[str, .
                   title: str = "training loss") -> str:
     """metrics.parquet (a part a row lacks, as step 0's validation row does, is NaN) and loss.png."""
     schema = metrics_schema(parts)
-    table = pa.Table.from_pylist([{**dict.fromkeys(parts, _NAN), **r} for r in rows], schema=schema)
+    # Defaults first: rows a checkpoint kept from before a metric existed get its default, not a null.
+    table = pa.Table.from_pylist([{**METRIC_DEFAULTS, **dict.fromkeys(parts, _NAN), **r} for r in rows], schema=schema)
     with lake.parquet_writer(join(prefix, METRICS), schema) as writer:
         writer.write_table(table)
     train = [r for r in rows if r["step"] > 0]

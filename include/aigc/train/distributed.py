@@ -19,6 +19,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from aigc.devices import bf16_is_native, pick_device
 from aigc.procs import available_cpus
 
 log = logging.getLogger(__name__)
@@ -47,11 +48,9 @@ def init_distributed(threads: int = 0, timeout_s: int = 1800) -> Dist:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
+    device = pick_device(local_rank)
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
     # torchrun sets OMP_NUM_THREADS=1 for several processes; share the cores instead.
     torch.set_num_threads(threads or max(1, available_cpus() // local_world))
     backend = None
@@ -68,10 +67,27 @@ def shutdown(ctx: Dist) -> None:
 
 def resolve_precision(precision: str, device: torch.device) -> str:
     if precision == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+        return "bf16" if bf16_is_native(device) else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ValueError("TrainConfig.precision='fp16' needs a CUDA device (GradScaler); use bf16 or fp32 on CPU")
     return precision
+
+
+def rng_state(device: torch.device) -> dict:
+    """This process's random state: the CPU generator's and, on a GPU, the device's (dropout and sampling on the
+    GPU draw from it: without it a resumed run would not draw what the uninterrupted one did)."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def restore_rng(state, device: torch.device) -> None:
+    """Undo ``rng_state`` (also a checkpoint's bare CPU state, as runs before the GPU state was kept wrote)."""
+    state = state if isinstance(state, dict) else {"cpu": state}
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def autocast(precision: str, device: torch.device):

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 
 from aigc.config import PipelineConfig
+from aigc.devices import processes_per_node
 from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date, validate_run_id
 from aigc.lake.publish import new_run_id
@@ -34,7 +35,8 @@ class TrainingFailed(RuntimeError):
 
 def torchrun_command(cfg: PipelineConfig, *, lake_uri: str, date: str, run_id: str) -> list[str]:
     t = cfg.train
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={t.nproc}", f"--nnodes={t.nnodes}",
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes_per_node(t.nproc)}",
+           f"--nnodes={t.nnodes}",
            "--max-restarts=0"]  # restarts belong to the orchestrator (task retries), which resume from checkpoints
     if t.rdzv_endpoint:
         cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={t.rdzv_endpoint}", f"--rdzv-id={run_id}"]
@@ -46,7 +48,7 @@ def torchrun_command(cfg: PipelineConfig, *, lake_uri: str, date: str, run_id: s
 
 def _thread_env(cfg: PipelineConfig) -> dict[str, str]:
     """OMP threads per worker: the cores shared among the local processes (torchrun would say 1)."""
-    threads = cfg.train.threads or max(1, available_cpus() // cfg.train.nproc)
+    threads = cfg.train.threads or max(1, available_cpus() // processes_per_node(cfg.train.nproc))
     return {"OMP_NUM_THREADS": str(threads)}
 
 

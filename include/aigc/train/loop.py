@@ -30,6 +30,20 @@ from aigc.workloads import workload_of
 log = logging.getLogger(__name__)
 
 
+def optimizer_step(scaler: torch.amp.GradScaler, opt: torch.optim.Optimizer, params, clip: float) -> tuple[float, int]:
+    """Unscale, clip, step and update: (the gradient norm before clipping, 1 if the scaler skipped the step).
+
+    fp16: a step whose gradients overflowed is skipped by the scaler, which then lowers its scale. Its infinite
+    norm is the scaler at work, not a diverging run: the metrics row says so and gate 2 leaves it out.
+    """
+    scaler.unscale_(opt)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip or float("inf")))
+    scale = scaler.get_scale() if scaler.is_enabled() else None
+    scaler.step(opt)
+    scaler.update()
+    return grad_norm, int(scale is not None and scaler.get_scale() < scale)
+
+
 def lr_lambda(step: int, warmup: int, total: int, min_ratio: float) -> float:
     """Linear warm-up to 1, then cosine down to ``min_ratio`` at the last step."""
     if step < warmup:
@@ -94,7 +108,7 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
         sched.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
         rng = state["rng"]
-        torch.set_rng_state(rng[ctx.rank % len(rng)])
+        D.restore_rng(rng[ctx.rank % len(rng)], ctx.device)
         start_step, rows, resumed_from = state["step"], list(state["metrics"]), state["step"]
         if ctx.is_main:
             log.info("resuming run %s from step %d (%s)", run_id, start_step, lake.url(pointer["key"]))
@@ -118,7 +132,7 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
         return loss_sum / max(n, 1.0)
 
     def checkpoint(step: int) -> None:
-        rng = D.gather_objects(ctx, torch.get_rng_state())
+        rng = D.gather_objects(ctx, D.rng_state(ctx.device))
         if ctx.is_main:
             save_checkpoint(lake, prefix, step, {
                 "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -160,17 +174,14 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
                     scaler.scale(out.total / t.grad_accum).backward()
                 parts = (out.total, *(out.parts[p] for p in workload.loss_parts))
                 sums = [s + float(v.detach()) / t.grad_accum for s, v in zip(sums, parts, strict=True)]
-            scaler.unscale_(opt)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_grad_norm or float("inf")))
-            scaler.step(opt)
-            scaler.update()
+            grad_norm, skipped = optimizer_step(scaler, opt, model.parameters(), t.clip_grad_norm)
             lr = sched.get_last_lr()[0]
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
 
             loss, *part_means = D.all_mean(ctx, sums)
-            row = metric_row(step, epoch=epoch, loss=loss, lr=lr, grad_norm=grad_norm,
+            row = metric_row(step, epoch=epoch, loss=loss, lr=lr, grad_norm=grad_norm, skipped_step=skipped,
                              parts=dict(zip(workload.loss_parts, part_means, strict=True)),
                              samples_per_s=t.batch_size / (time.perf_counter() - t0),
                              imbalance=epoch_plan[0], step_imbalance=epoch_plan[1])

@@ -265,6 +265,33 @@ def test_the_gpu_probe_initialises_nvml_once_per_process(monkeypatch):
         probe_module._nvml.cache_clear()  # the next test's pynvml is the real one (or none)
 
 
+@pytest.mark.parametrize(("visible", "expected"), [(None, ("index", 1)), ("3,5", ("index", 5)),
+                                                   ("GPU-aa11,GPU-bb22", ("uuid", "GPU-bb22"))])
+def test_the_gpu_probe_reads_the_nvml_device_that_is_cudas_device(monkeypatch, visible, expected):
+    """NVML numbers every GPU of the host; CUDA only those CUDA_VISIBLE_DEVICES leaves, from 0: cuda:1 under
+    CUDA_VISIBLE_DEVICES=3,5 is NVML's 5 (or a UUID, when the variable names GPUs by UUID)."""
+    import types
+
+    from aigc.batching import probe as probe_module
+
+    asked = []
+    memory = types.SimpleNamespace(total=80 << 30, free=60 << 30)
+    fake = types.SimpleNamespace(nvmlInit=lambda: None,
+                                 nvmlDeviceGetHandleByIndex=lambda i: asked.append(("index", i)),
+                                 nvmlDeviceGetHandleByUUID=lambda u: asked.append(("uuid", u)),
+                                 nvmlDeviceGetMemoryInfo=lambda handle: memory)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    probe_module._nvml.cache_clear()
+    try:
+        assert DeviceProbe("cuda:1").info().source == "pynvml" and asked == [expected]
+    finally:
+        probe_module._nvml.cache_clear()
+
+
 def test_a_prior_30_percent_optimistic_causes_no_budget_violation_when_peaks_are_measured():
     lengths = [256] * 400
     truth = MemoryModel(width=WIDTH, bytes_per_unit=4.0 * 1.3)  # the device's truth: 30 % above the prior

@@ -13,10 +13,9 @@ import json
 import time
 import zlib
 
-import torch
-
 from aigc.batching import AdaptiveBatcher, DeviceProbe, meter_for
 from aigc.batching.faults import SimulatedOOM
+from aigc.devices import pick_device
 from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join
 from aigc.prepare.checks import blocked_term
@@ -30,7 +29,7 @@ def cache_key(version: str, variant: str, prompt: str, new_tokens: int) -> str:
 def run_shard(lake, plan: dict, prompts: list[dict], cfg, workload) -> tuple[list[dict], dict]:
     from aigc.registry.loader import load_serving
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = pick_device().type
     serving = load_serving(lake, plan["model"], plan["version"], plan["variant"], device, workload)
     cache_prefix = join("cache", "generations", plan["model"], plan["version"], plan["variant"])
     new = serving.new_tokens
