@@ -171,7 +171,8 @@ def test_a_failed_gate_exits_1_names_the_expectation_and_publishes_nothing(capsy
     rc, summary, err = aigc(capsys, *PREPARE, "--lake", lake, "--min-rows", "100000")
     assert rc == 1 and summary["ok"] is False
     assert error_line(err) == "error: GateFailed: quality gate 'curated' failed 1 check(s):"
-    detail = f"expect_table_row_count_to_be_between(min_value=100000) — observed {curated}"
+    detail = f"partition: expect_column_values_to_be_between(column='rows', min_value=100000.0) — 1 of 1 rows " \
+             f"unexpected, e.g. [{curated}]"
     assert detail in err and detail in summary["error"]
     # In plain words first: what is wrong, the value, the limit, and where to change it.
     assert (f"the curated partition has {curated} rows, fewer than the minimum 100000: too few clean records "
