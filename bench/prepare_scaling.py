@@ -77,7 +77,7 @@ def verdicts(root: str, summary: dict) -> dict:
         similarities.append(float(re.search(r"estimated similarity ([0-9.]+)", r["detail"]).group(1)))
         if r["id"] in near_planted:
             continue
-        if _scene(captions.get(r["id"], "")) == _scene(captions.get(original, "")):
+        if _scene(captions.get(r["id"], [""])[0]) in {_scene(c) for c in captions.get(original, [""])}:
             other_same_scene += 1
         else:
             other_wrong += 1
@@ -90,7 +90,8 @@ def verdicts(root: str, summary: dict) -> dict:
             "missed_examples": [f"{m!r} ({captions.get(m)!r})" for m in missed[:5]]}
 
 
-def _captions(lake) -> dict[str, str]:
+def _captions(lake) -> dict[str, list[str]]:
+    """id → the captions of the records that carried it, in drop order (a planted reuse gives an id two)."""
     raw = lake.sub("raw/shapes").sub(drop_prefix(DATE))
     out = {}
     for key in raw.list("", recursive=False):
@@ -98,8 +99,7 @@ def _captions(lake) -> dict[str, str]:
             for line in raw.iter_lines(key):
                 try:
                     record = json.loads(line)
-                    # The first record with an id keeps it: a later one reusing the id is quarantined as such.
-                    out.setdefault(record["id"], record["caption"])
+                    out.setdefault(record["id"], []).append(record["caption"])
                 except (ValueError, KeyError, TypeError):
                     continue
     return out

@@ -51,6 +51,8 @@ class Deduplicator:
             if verdict is None:
                 self.exact.add(row)
                 near.keep(j)
+            elif verdict.reason != "duplicate_id":
+                self.exact.see(row["id"])
             verdicts.append(verdict)
         self.near.add_screened(near)
         return verdicts

@@ -86,6 +86,11 @@ class ExactDedup:
         self._content: dict[bytes, str] = {}
         self._origin: dict[str, str] = {}  # id → the date that published it, for rows of earlier dates
 
+    def see(self, rec_id: str) -> None:
+        """An id that reached dedup, kept or not: a later record reusing it is a ``duplicate_id`` either way (ids
+        name records; one that named a removed duplicate names it still)."""
+        self._ids.add(rec_id)
+
     def check_id(self, rec_id: str) -> Rejected | None:
         if rec_id in self._ids:
             where = f"was published for dt={self._origin[rec_id]}" if rec_id in self._origin else \
@@ -133,6 +138,8 @@ class SignatureDedup:
             if verdict is None:
                 self.exact.add(row)
                 self._add(row)
+            elif verdict.reason != "duplicate_id":
+                self.exact.see(row["id"])
             verdicts.append(verdict)
         return verdicts
 

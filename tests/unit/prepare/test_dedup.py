@@ -123,8 +123,10 @@ def sequential_verdicts(rows: list[dict]) -> list[tuple[str, str] | None]:
             out.append(("duplicate_id", row["id"]))
         elif row["content_hash"] in content:
             out.append(("exact_duplicate", content[row["content_hash"]]))
+            ids.add(row["id"])  # a removed record's id still names it: a later reuse is a duplicate_id
         elif match := next((other[-1] for other in kept if near(row, other)), None):
             out.append(("near_duplicate", match))
+            ids.add(row["id"])
         else:
             out.append(None)
             ids.add(row["id"])
