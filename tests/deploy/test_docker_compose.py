@@ -235,3 +235,21 @@ def test_gpu_tasks_get_a_pool_and_may_wait_in_the_queue_as_long_as_the_lease_all
     assert "airflow pools set gpu" in " ".join(RAW["services"]["airflow-init"]["command"])
     makefile = (ROOT / "Makefile").read_text()
     assert f"AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT ?= {seconds}" in makefile and "pools set gpu" in makefile
+
+
+def test_every_worker_command_uses_flags_airflow_celery_worker_accepts():
+    """The worker commands are argv for `airflow celery worker`: a flag it does not know (--hostname for
+    --celery-hostname) makes the container exit and restart in a loop, which no static check of the YAML sees."""
+    import sys
+
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    out = subprocess.run([airflow, "celery", "worker", "--help"], capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    known = {flag for pair in re.findall(r"(?m)^\s+(?:(-\w), )?(--[\w-]+)", out.stdout) for flag in pair if flag}
+    assert {"--queues", "--concurrency", "--celery-hostname"} <= known
+    for name, svc in RAW["services"].items():
+        args = shlex.split(svc["command"]) if isinstance(svc.get("command"), str) else []
+        if args[:2] == ["celery", "worker"]:
+            unknown = [a.split("=")[0] for a in args[2:] if a.startswith("-") and a.split("=")[0] not in known]
+            assert not unknown, f"{name}: `airflow celery worker` does not accept {unknown}"

@@ -60,8 +60,9 @@ class DeviceProbe:
                       else pynvml.nvmlDeviceGetHandleByUUID(key))
             mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
             return MemoryInfo(self.device, int(mem.total), int(mem.free), "pynvml")
-        except Exception as e:  # no driver, no GPU: say so once, fall back to the CPU's numbers
-            log.warning("pynvml unavailable for %s (%s): using host memory figures", self.device, e)
+        except Exception as e:  # no driver, no GPU: say so, fall back to the CPU's numbers
+            log.error("pynvml cannot read %s (%s): sizing batches from host memory figures instead, which do not "
+                      "describe the GPU", self.device, e)
             return None
 
     def _cpu(self) -> MemoryInfo:

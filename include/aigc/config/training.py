@@ -134,9 +134,13 @@ class TrainingGateThresholds:
     """Per-rank assigned cost, max / mean − 1."""
     max_flagged_steps: int = 0
     """Health checks in which some rank's local gradient norm exceeded health_k × the median."""
+    max_skipped_fraction: float = 0.5
+    """Steps the fp16 GradScaler skipped (their gradients overflowed), as a share of all steps. A few while the
+    scale settles are normal; a run that skips most of its updates has not trained."""
 
     def __post_init__(self) -> None:
         _check_range(self, "max_final_val_loss", 0.0, 1e9)
         _check_range(self, "max_val_ratio", 0.0, 10.0)
         _check_range(self, "max_imbalance", 0.0, 100.0)
         _check_range(self, "max_flagged_steps", 0, 1 << 40)
+        _check_range(self, "max_skipped_fraction", 0.0, 1.0)

@@ -66,7 +66,7 @@ class Deduplicator:
         They were deduplicated when they were prepared, so they join the indexes without a check."""
         for row in rows:
             self.exact.add(row, origin)
-        self.near.add_many(rows)
+        self.near.add_many([row for row in rows if row.get("_sig") is not None])  # None: exact checks only
 
 
 class NearDedup:
@@ -122,7 +122,10 @@ class NearDedup:
         owner, idx = self._lsh.query(keys)
         self.candidates += len(idx)
         first_kept = self._earliest_hits(owner, idx, mine)
-        # Inside the batch: pairs (i < j) that share a band, confirmed the same way. (No cap: a batch is small.)
+        # Inside the batch: pairs (i < j) that share a band, confirmed the same way. No cap here (a batch is at most
+        # prepare.run.BATCH rows), so where the cap cuts depends on the batch boundaries: they are fixed by the
+        # drop's line order and BATCH, so a drop's verdicts are deterministic, but a row deep in a crowded bucket
+        # can be matched when its copy comes in the same batch and missed when it comes later.
         shares = np.zeros((n, n), dtype=bool)
         for band in keys.T:
             shares |= band[:, None] == band[None, :]

@@ -26,7 +26,7 @@ from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
 from aigc.prepare.drop import SUCCESS, EmptyDrop, RawLine, drop_prefix, iter_lines, record_files
-from aigc.prepare.history import KEYS_DIR, keys_schema, seed_from_earlier_dates
+from aigc.prepare.history import KEYS_DIR, dedup_settings, keys_schema, seed_from_earlier_dates
 from aigc.prepare.records import Examined, Rejected
 from aigc.prepare.shards import QUARANTINE_SCHEMA, RollingParquetWriter
 from aigc.prepare.worker import examine_lines, init_worker
@@ -62,8 +62,9 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
     quarantine = RollingParquetWriter(lake, quarantine_run, QUARANTINE_SCHEMA, **sizes)
     kept_keys = RollingParquetWriter(lake, join(curated_run, KEYS_DIR), keys_schema(rules.dedup_keys), **sizes)
     dedup = rules.deduplicator(cfg)
+    settings = dedup_settings(cfg)
     earlier = seed_from_earlier_dates(dedup, lake, cfg.dataset, date, cfg.dedup_lookback_days, MANIFEST,
-                                      rules.dedup_keys)
+                                      rules.dedup_keys, settings)
     reasons: Counter[str] = Counter()
     n_input = n_curated = 0
     stats = {c: [math.inf, -math.inf, 0] for c in rules.stats_columns}  # min, max, sum
@@ -148,7 +149,7 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
         "input_records": n_input, "rows": n_curated, "quarantined": dict(sorted(reasons.items())),
         "bytes": sum(s["bytes"] for s in curated_shards), "shards": curated_shards,
         "quarantine": {"prefix": quarantine_run, "shards": quarantine_shards},
-        "dedup_keys": key_shards, "deduplicated_against": earlier,
+        "dedup_keys": key_shards, "dedup_settings": settings, "deduplicated_against": earlier,
         "workload": workload, "schema": rules.curated_schema.to_string(show_schema_metadata=False),
         "stats": {c: {"min": lo if n_curated else None, "max": hi if n_curated else None,
                       "mean": total / n_curated if n_curated else None} for c, (lo, hi, total) in stats.items()},

@@ -47,13 +47,17 @@ def validate_curated(
             *rules.expectations(prepare_cfg),
         ]
 
-    shard_tables, id_hashes, content_hashes = [], [], []
+    # First pass: the two key columns only, hashed to 8 bytes a value. Second (in run_gate): each shard's
+    # columns, read when its table's turn comes and dropped after.
+    id_hashes, content_hashes = [], []
     for key in shard_keys:
-        frame = lake.read_parquet([key], columns=columns).to_pandas()
-        id_hashes.append(pd.util.hash_pandas_object(frame["id"], index=False).to_numpy())
-        content_hashes.append(pd.util.hash_pandas_object(frame["content_hash"], index=False).to_numpy())
-        shard_tables.append(Table(f"rows.{key.rsplit('/', 1)[-1].removesuffix('.parquet')}", frame, row_expectations()))
-    n_rows = sum(len(t.frame) for t in shard_tables)
+        keys = lake.read_parquet([key], columns=["id", "content_hash"]).to_pandas()
+        id_hashes.append(pd.util.hash_pandas_object(keys["id"], index=False).to_numpy())
+        content_hashes.append(pd.util.hash_pandas_object(keys["content_hash"], index=False).to_numpy())
+    n_rows = sum(len(h) for h in id_hashes)
+    shard_tables = [Table(f"rows.{key.rsplit('/', 1)[-1].removesuffix('.parquet')}",
+                          lambda key=key: lake.read_parquet([key], columns=columns).to_pandas(), row_expectations())
+                    for key in shard_keys]
     partition_rows = pd.DataFrame([{"rows": n_rows, "duplicate_ids": _repeats(id_hashes),
                                     "duplicate_content": _repeats(content_hashes)}])
     schema = pd.DataFrame(

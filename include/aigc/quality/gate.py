@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,9 @@ class Table:
     """A table to validate and the expectations it must meet."""
 
     name: str
-    frame: pd.DataFrame
+    frame: pd.DataFrame | Callable[[], pd.DataFrame]
+    """The rows, or a function that reads them: called when this table's turn comes and dropped after, so a gate
+    over many shards holds one at a time."""
     expectations: list = field(default_factory=list)
     explain: dict[str, str] = field(default_factory=dict)
     """Column (or expectation type, for table-wide ones) → plain words for its failure: what it means
@@ -52,7 +55,7 @@ def run_gate(gate: str, tables: list[Table], lake: Lake, prefix: str, *, raise_o
     import great_expectations as gx  # heavy (≈3 s): imported when a gate runs, not at DAG parse
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    results, failures = {}, []
+    results, failures, sizes = {}, [], {}
     with tempfile.TemporaryDirectory(prefix="aigc-gx-") as tmp:
         # A file context is what renders Data Docs; it lives only as long as this gate.
         ctx = gx.get_context(mode="file", project_root_dir=tmp)
@@ -69,7 +72,10 @@ def run_gate(gate: str, tables: list[Table], lake: Lake, prefix: str, *, raise_o
                 name=f"{gate}.{table.name}", validation_definitions=[definition],
                 actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")], result_format="SUMMARY",
             ))
-            run = checkpoint.run(batch_parameters={"dataframe": table.frame})
+            frame = table.frame() if callable(table.frame) else table.frame
+            sizes[table.name] = len(frame)
+            run = checkpoint.run(batch_parameters={"dataframe": frame})
+            del frame  # a loaded shard goes before the next is read
             described = next(iter(run.run_results.values())).describe_dict()
             results[table.name] = described
             failures += [_describe_failure(table, e) for e in described["expectations"] if not e["success"]]
@@ -78,8 +84,7 @@ def run_gate(gate: str, tables: list[Table], lake: Lake, prefix: str, *, raise_o
 
     summary = {
         "gate": gate, "success": not failures, "failures": failures,
-        "tables": {name: {"rows": len(t.frame), "statistics": results[name]["statistics"]}
-                   for name, t in zip(results, tables, strict=True)},
+        "tables": {name: {"rows": sizes[name], "statistics": results[name]["statistics"]} for name in results},
         "result_uri": lake.url(join(prefix, "result.json")),
         "data_docs_uri": lake.url(join(prefix, "data_docs", "index.html")),
     }

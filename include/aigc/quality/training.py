@@ -41,6 +41,7 @@ def validate_training(lake: Lake, model: str, date: str | dt.date, run_id: str,
         "val_ratio": final / initial if initial > 0 else math.inf,
         "max_imbalance": float(trained["imbalance"].max()) if len(trained) else math.nan,
         "flagged_steps": int((trained["flagged_ranks"] != "").sum()),
+        "skipped_fraction": float((trained["skipped_step"] == 1).mean()) if len(trained) else 0.0,
         "files_present": all(lake.exists(join(prefix, f)) for f in (WEIGHTS, MODEL_CARD, SUMMARY)),
     }])
     stored = lake.get_json(join(prefix, SUMMARY))
@@ -57,12 +58,16 @@ def validate_training(lake: Lake, model: str, date: str | dt.date, run_id: str,
             gxe.ExpectColumnValuesToBeBetween(column="val_ratio", max_value=thresholds.max_val_ratio),
             gxe.ExpectColumnValuesToBeBetween(column="max_imbalance", max_value=thresholds.max_imbalance),
             gxe.ExpectColumnValuesToBeBetween(column="flagged_steps", max_value=thresholds.max_flagged_steps),
+            gxe.ExpectColumnValuesToBeBetween(column="skipped_fraction", max_value=thresholds.max_skipped_fraction),
             gxe.ExpectColumnValuesToBeInSet(column="files_present", value_set=[True]),
         ], explain={
             "final_val_loss": f"the final validation loss {final:.5f} is above the maximum "
                               f"{thresholds.max_final_val_loss:g}: the model has not learnt the data well enough. "
                               f"Train longer ({how_to_set('train', 'steps')}), or raise the maximum with "
                               f"{how_to_set('train_gate', 'max_final_val_loss')}",
+            "skipped_fraction": f"the fp16 scaler skipped more than {thresholds.max_skipped_fraction:.0%} of the "
+                                "steps (their gradients overflowed): the run barely updated its weights. Train "
+                                f"in bf16 or fp32 ({how_to_set('train', 'precision')}), or lower the learning rate",
             "val_ratio": f"validation loss fell only to {final / initial if initial > 0 else math.inf:.3f}× its "
                          f"starting value, above the maximum {thresholds.max_val_ratio:g}×: training barely "
                          f"helped. Train longer ({how_to_set('train', 'steps')}) or check the learning rate",

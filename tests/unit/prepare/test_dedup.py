@@ -1,6 +1,7 @@
 """Deduplication: the pruned, batched, vectorised checks find exactly what plain pairwise ones do."""
 
 import hashlib
+import math
 import random
 
 import numpy as np
@@ -172,11 +173,11 @@ def test_a_row_near_only_to_a_rejected_row_of_its_batch_is_kept():
 def test_a_candidate_below_the_similarity_threshold_is_kept_however_close_its_thumbnail():
     """The verdict applies the configured similarity: sharing a band and a thumbnail is not enough."""
     bands = np.arange(minhash.bands_for(CFG.near_dup_threshold, CFG.near_dup_num_perm)[0], dtype=np.uint64).tobytes()
-    agree = int(CFG.near_dup_threshold * CFG.near_dup_num_perm)  # one position short of the threshold…
+    agree = math.ceil(CFG.near_dup_threshold * CFG.near_dup_num_perm)  # positions the threshold asks for
     below = np.arange(CFG.near_dup_num_perm, dtype=np.uint32)
-    below[agree - 1:] += 1000
-    at = below.copy()
-    at[agree - 1] -= 1000  # …and exactly at it
+    below[agree - 1:] += 1000  # agrees with "a" on one position fewer…
+    at = np.arange(CFG.near_dup_num_perm, dtype=np.uint32)
+    at[agree:] += 2000  # …and exactly on as many (and with "b" on none past them)
 
     def row(name: str, sig: np.ndarray) -> dict:
         return {"id": name, "content_hash": hashlib.sha256(name.encode()).hexdigest(), "_bands": bands,

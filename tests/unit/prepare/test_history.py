@@ -58,7 +58,8 @@ def test_a_later_drop_that_repeats_published_records_quarantines_them_naming_the
                             ({**published[2], "caption": published[2]["caption"] + "!"}, png_bytes(noisy),
                              "again-2")])  # a near copy
     second = prepare(raw, lake, DAY2, CFG)
-    assert second["deduplicated_against"] == [{"date": DAY1, "run_id": first["run_id"], "rows": first["curated"]}]
+    assert second["deduplicated_against"] == [{"date": DAY1, "run_id": first["run_id"], "rows": first["curated"],
+                                              "near_duplicates_checked": True}]
     assert second["reasons"] == {"duplicate_id": 1, "exact_duplicate": 1, "near_duplicate": 1}
     assert second["curated"] == 50
     quarantine = open_lake(second["quarantine_uri"])
@@ -76,3 +77,26 @@ def test_a_later_drop_that_repeats_published_records_quarantines_them_naming_the
     make_raw_drop(raw, DAY5, RawDropConfig(n=20, seed=5, dirt_rate=0.0))
     repeat_into(raw, DAY5, [(published[1], image[1], "again-5")])
     assert prepare(raw, lake, DAY5, CFG)["quarantined"] == 0  # DAY1 is 4 days back; the lookback is 3
+
+
+def test_keys_written_under_other_settings_are_rebanded_or_checked_exactly_only(tmp_path):
+    """Another threshold: the band keys are recomputed from the stored signatures, so near copies are still
+    found. Another number of permutations: signatures cannot be compared, so only exact duplicates are, and
+    the summary says which dates were checked for near ones."""
+    lake = open_lake(str(tmp_path))
+    raw = lake.sub("raw/shapes")
+    make_raw_drop(raw, DAY1, RawDropConfig(n=60, seed=1, dirt_rate=0.0))
+    publish_prepared(lake, "shapes", DAY1, prepare(raw, lake, DAY1, CFG)["run_id"])
+    published = clean_records(raw, DAY1)[:2]
+    day1 = raw.sub(drop_prefix(DAY1))
+    image = [day1.get_bytes(r["image"]) for r in published]
+    noisy = Image.eval(Image.open(io.BytesIO(image[1])).convert("RGB"), lambda v: max(0, v - 2))
+    make_raw_drop(raw, DAY2, RawDropConfig(n=30, seed=2, dirt_rate=0.0))
+    repeat_into(raw, DAY2, [(published[0], image[0], "again-0"),
+                            ({**published[1], "caption": published[1]["caption"] + "!"}, png_bytes(noisy), "again-1")])
+    rebanded = prepare(raw, lake, DAY2, PrepareConfig(workers=1, near_dup_threshold=0.6))
+    assert rebanded["reasons"] == {"exact_duplicate": 1, "near_duplicate": 1}
+    assert rebanded["deduplicated_against"][0]["near_duplicates_checked"] is True
+    exact_only = prepare(raw, lake, DAY2, PrepareConfig(workers=1, near_dup_num_perm=64))
+    assert exact_only["reasons"] == {"exact_duplicate": 1}
+    assert exact_only["deduplicated_against"][0]["near_duplicates_checked"] is False

@@ -43,6 +43,20 @@ def test_a_step_the_scaler_skipped_passes_gate_2_and_an_unskipped_infinite_norm_
         validate_training(lake, MODEL, DATE, RUN, thresholds)
 
 
+def test_a_run_that_skipped_most_of_its_steps_fails_gate_2(tmp_path):
+    """Skips are excused one by one, not without limit: a run whose updates the scaler mostly skipped has not
+    trained, whatever its finite losses say."""
+    rows = [metric_row(0, val_loss=0.1)]
+    rows += [metric_row(step, loss=0.05, lr=1e-3, grad_norm=math.inf, imbalance=0.0, skipped_step=1)
+             for step in range(1, 4)]
+    rows.append(metric_row(4, loss=0.05, lr=1e-3, grad_norm=1.0, imbalance=0.0, val_loss=0.01))
+    lake = open_lake(str(tmp_path))
+    finished_run(lake, rows)
+    with pytest.raises(GateFailed, match="the fp16 scaler skipped more than 50% of the steps"):
+        validate_training(lake, MODEL, DATE, RUN, TrainingGateThresholds())
+    assert validate_training(lake, MODEL, DATE, RUN, TrainingGateThresholds(max_skipped_fraction=0.75))["success"]
+
+
 def test_the_loop_marks_the_step_the_scaler_skipped_and_only_that_one():
     """The real GradScaler (its CPU build: the logic is the device's): an overflowing step changes no weight and
     lowers the scale, and is marked; the next, finite step trains and is not."""
