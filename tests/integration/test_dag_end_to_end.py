@@ -155,7 +155,7 @@ def test_a_failing_gate_fails_the_run_and_publishes_nothing(airflow_env, tmp_pat
     console = io.StringIO()
     rc, log = dags_test(env, "2026-11-26", {**CONF, "min_rows": 100_000}, console=console)
     assert rc != 0 or "state=failed" in log
-    assert "expect_table_row_count_to_be_between" in log and "observed" in log
+    assert "partition: expect_column_values_to_be_between(column='rows', min_value=100000" in log
     assert "fewer than the minimum 100000" in log and "the trigger form's 'min_rows' field" in log
     assert "✘ gate_curated failed (" in console.getvalue() and "gate curated: FAIL" in console.getvalue()
     lake = open_lake(str(tmp_path / "lake"))

@@ -17,7 +17,7 @@ from aigc.lake.publish import resolve
 DATE = "2026-11-28"
 RAW = ["--n", "600", "--seed", "3"]
 PREPARE = ["--min-rows", "100", "--workers", "1"]
-VOLATILE = {"run_id", "seconds", "raw", "quarantine", "shards"}  # names and timings, compared apart
+VOLATILE = {"run_id", "seconds", "raw", "quarantine", "shards", "dedup_keys"}  # names and timings, compared apart
 
 
 def aigc(capsys, *argv) -> tuple[int, dict]:
@@ -36,6 +36,7 @@ def published(lake) -> dict:
         "manifest": {k: v for k, v in manifest.items() if k not in VOLATILE},
         "curated": [lake.get_bytes(s["key"]) for s in manifest["shards"]],
         "quarantine": [lake.get_bytes(s["key"]) for s in manifest["quarantine"]["shards"]],
+        "dedup_keys": [lake.get_bytes(s["key"]) for s in manifest["dedup_keys"]],
         "same_run": quarantine.endswith(f"run={pointer['run_id']}") and manifest["run_id"] == pointer["run_id"],
     }
 
