@@ -218,7 +218,9 @@ class AirflowStack:
         """The first run of ``dag_id`` for which ``matches(run)`` holds, once it has finished (success or not)."""
         def found():
             self.assert_alive()
-            done = [r for r in self.runs(dag_id) if matches(r) and r["state"] in ("success", "failed")]
+            # Finished runs only, before ``matches`` sees them: Airflow 3.3's upstreamAssetEvents answers 500 while
+            # a run its events created has not started (AssetEventResponse requires that run's start_date).
+            done = [r for r in self.runs(dag_id) if r["state"] in ("success", "failed") and matches(r)]
             return done[0] if done else None
 
         return self.wait_until(found, timeout, what, interval=5)
