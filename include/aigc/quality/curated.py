@@ -2,9 +2,9 @@
 
 The gate recounts the run's Parquet files itself rather than trusting the manifest, so
 reconciliation (input = curated + Σ quarantined) is checked against what is really stored.
-It streams: the row expectations run on one shard at a time (a table per shard, payload columns
-never read), and uniqueness across shards is checked on 8-byte hashes of the ids and content
-hashes, so memory is a shard plus 16 bytes a row, whatever the partition's size.
+It streams: the row expectations run on one shard at a time (a table per shard, each shard read
+once, payload columns never), and uniqueness across shards is checked afterwards on 8-byte hashes
+of the ids and content hashes, so memory is a shard plus 16 bytes a row, whatever the partition's size.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def validate_curated(
     curated_run = run_prefix(partition("curated", dataset, date), run_id)
     manifest = lake.get_json(join(curated_run, MANIFEST))
     shard_keys = [s["key"] for s in manifest["shards"]]
+
     def row_expectations() -> list:  # fresh objects per shard: an expectation belongs to one suite
         return [
             *[gxe.ExpectColumnValuesToNotBeNull(column=c) for c in ("id", "content_hash", "source", "created_at")],
@@ -47,19 +48,23 @@ def validate_curated(
             *rules.expectations(prepare_cfg),
         ]
 
-    # First pass: the two key columns only, hashed to 8 bytes a value. Second (in run_gate): each shard's
-    # columns, read when its table's turn comes and dropped after.
+    # Each shard is read once, when its table's turn comes (run_gate calls the loader), and dropped after; its
+    # ids and content hashes stay behind as 8-byte hashes for the partition table, which is validated last.
+    n_rows = sum(lake.parquet_file(k).metadata.num_rows for k in shard_keys)  # footers: no data read
     id_hashes, content_hashes = [], []
-    for key in shard_keys:
-        keys = lake.read_parquet([key], columns=["id", "content_hash"]).to_pandas()
-        id_hashes.append(pd.util.hash_pandas_object(keys["id"], index=False).to_numpy())
-        content_hashes.append(pd.util.hash_pandas_object(keys["content_hash"], index=False).to_numpy())
-    n_rows = sum(len(h) for h in id_hashes)
+
+    def load_shard(key: str) -> pd.DataFrame:
+        frame = lake.read_parquet([key], columns=columns).to_pandas()
+        id_hashes.append(pd.util.hash_pandas_object(frame["id"], index=False).to_numpy())
+        content_hashes.append(pd.util.hash_pandas_object(frame["content_hash"], index=False).to_numpy())
+        return frame
+
     shard_tables = [Table(f"rows.{key.rsplit('/', 1)[-1].removesuffix('.parquet')}",
-                          lambda key=key: lake.read_parquet([key], columns=columns).to_pandas(), row_expectations())
-                    for key in shard_keys]
-    partition_rows = pd.DataFrame([{"rows": n_rows, "duplicate_ids": _repeats(id_hashes),
-                                    "duplicate_content": _repeats(content_hashes)}])
+                          lambda key=key: load_shard(key), row_expectations()) for key in shard_keys]
+
+    def partition_rows() -> pd.DataFrame:
+        return pd.DataFrame([{"rows": n_rows, "duplicate_ids": _repeats(id_hashes),
+                              "duplicate_content": _repeats(content_hashes)}])
     schema = pd.DataFrame(
         [{"shard": k, "column": f.name, "type": _type_name(f.type), "expected": _type_name(schema_of.field(f.name).type)
           if f.name in schema_of.names else "<not in schema>"}
@@ -84,6 +89,7 @@ def validate_curated(
             gxe.ExpectColumnPairValuesToBeEqual(column_A="type", column_B="expected"),
             gxe.ExpectTableRowCountToEqual(value=len(schema_of) * len(shard_keys)),
         ]),
+        *shard_tables,
         Table("partition", partition_rows, explain={
             "rows": (
                 f"the curated partition has {n_rows} rows, fewer than the minimum {thresholds.min_rows}: too few "
@@ -93,7 +99,6 @@ def validate_curated(
             gxe.ExpectColumnValuesToBeBetween(column="duplicate_ids", min_value=0, max_value=0),
             gxe.ExpectColumnValuesToBeBetween(column="duplicate_content", min_value=0, max_value=0),
         ]),
-        *shard_tables,
         Table("quarantine_by_reason", by_reason, [
             gxe.ExpectColumnValuesToBeBetween(column="ratio", max_value=thresholds.max_reason_ratio),
         ], explain={"ratio": f"one reason quarantined more than {thresholds.max_reason_ratio:.0%} of the drop: a "
