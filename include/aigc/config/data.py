@@ -76,6 +76,10 @@ class PrepareConfig:
     """Decoding processes; 0 means one per CPU core."""
     window: int = 4096
     """Records in flight at once: bounds memory whatever the drop size."""
+    parts: int = 1
+    """Parts a drop is cut into (about equal bytes), each examined by its own task: the DAG maps ``prepare_part``
+    over them (one per Celery worker on a cluster), ``aigc prepare --parts N`` runs them one after another. Every
+    value gives the same curated rows and quarantine (the merge deduplicates in drop order)."""
 
     def __post_init__(self) -> None:
         if self.resolution not in RESOLUTIONS:
@@ -93,6 +97,7 @@ class PrepareConfig:
         _check_range(self, "near_dup_image_distance", 0.0, 255.0)
         _check_range(self, "near_dup_per_bucket", 1, 1_000_000)
         _check_range(self, "dedup_lookback_days", 0, 366)
+        _check_range(self, "parts", 1, 4096)
         _check_range(self, "shard_target_bytes", 64 * 1024, 4 << 30)
         _check_range(self, "row_group_rows", 16, 1_000_000)
         _check_range(self, "row_group_bytes", 64 * 1024, 1 << 30)

@@ -123,9 +123,10 @@ class NearDedup:
         self.candidates += len(idx)
         first_kept = self._earliest_hits(owner, idx, mine)
         # Inside the batch: pairs (i < j) that share a band, confirmed the same way. No cap here (a batch is at most
-        # prepare.run.BATCH rows), so where the cap cuts depends on the batch boundaries: they are fixed by the
-        # drop's line order and BATCH, so a drop's verdicts are deterministic, but a row deep in a crowded bucket
-        # can be matched when its copy comes in the same batch and missed when it comes later.
+        # prepare.curate.DEDUP_BLOCK rows), so where the cap cuts depends on the block boundaries: they are fixed (every
+        # DEDUP_BLOCK candidates in drop order, however the drop was split), so a drop's verdicts are deterministic,
+        # but a row deep in a crowded bucket can be matched when its copy comes in the same block and missed when it
+        # comes later.
         shares = np.zeros((n, n), dtype=bool)
         for band in keys.T:
             shares |= band[:, None] == band[None, :]

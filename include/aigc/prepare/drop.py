@@ -66,3 +66,47 @@ def iter_lines(raw: Lake, files: list[str]) -> Iterator[RawLine]:
                     yield RawLine(key, n, line)
         except ObjectNotFound:
             raise DropNotFound(f"{raw.url(key)} vanished while the drop was being read") from None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The lines of ``file`` that start at a byte offset in [``start``, ``end``): a mapped task's share of a drop."""
+
+    file: str
+    start: int
+    end: int
+
+
+def split_drop(raw: Lake, files: list[str], parts: int) -> list[list[Segment]]:
+    """The drop's files, in order, cut into ``parts`` runs of about equal bytes (a cut may fall inside a file: the
+    line it falls in goes to the part where it starts). Concatenated, the parts are the drop in drop order; a part
+    is empty when the drop has fewer bytes than parts."""
+    sizes = [raw.size(f) for f in files]
+    total = sum(sizes)
+    cuts = [total * i // parts for i in range(parts + 1)]
+    split: list[list[Segment]] = []
+    for lo, hi in zip(cuts, cuts[1:], strict=False):
+        segments, base = [], 0
+        for key, size in zip(files, sizes, strict=True):
+            start, end = max(lo, base), min(hi, base + size)
+            if start < end:
+                segments.append(Segment(key, start - base, end - base))
+            base += size
+        split.append(segments)
+    return split
+
+
+def iter_segments(raw: Lake, segments: list[Segment]) -> Iterator[RawLine]:
+    """Every non-blank line that starts in ``segments``, numbered as in its whole file. The file is read from its
+    start (line numbers need the lines before); JSONL lines are small beside the objects they name."""
+    for segment in segments:
+        offset = 0
+        try:
+            for n, line in enumerate(raw.iter_lines(segment.file), start=1):
+                if offset >= segment.end:
+                    break
+                if offset >= segment.start and line.strip():
+                    yield RawLine(segment.file, n, line)
+                offset += len(line) + 1
+        except ObjectNotFound:
+            raise DropNotFound(f"{raw.url(segment.file)} vanished while the drop was being read") from None

@@ -10,161 +10,98 @@ in flight, whatever the drop size. Nothing is published here: the gate audits th
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
-import json
 import logging
-import math
 import time
-from collections import Counter, deque
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from multiprocessing import get_context
 
 from aigc.config import PrepareConfig
 from aigc.lake import Lake
-from aigc.lake.keys import join, parse_date, partition, run_prefix
+from aigc.lake.keys import join, parse_date, partition
 from aigc.lake.publish import new_run_id, publish
-from aigc.prepare.drop import SUCCESS, EmptyDrop, RawLine, drop_prefix, iter_lines, record_files
-from aigc.prepare.history import KEYS_DIR, dedup_settings, keys_schema, seed_from_earlier_dates
+from aigc.prepare.curate import MANIFEST, Curator, ReconciliationError, origin_of, raw_uri
+from aigc.prepare.drop import SUCCESS, RawLine, drop_prefix, iter_lines, record_files
 from aigc.prepare.records import Examined, Rejected
-from aigc.prepare.shards import QUARANTINE_SCHEMA, RollingParquetWriter
 from aigc.prepare.worker import examine_lines, init_worker
 from aigc.procs import available_cpus, worker_processes_allowed
 from aigc.progress import progress
 from aigc.workloads import RecordRules, load_workload
 
 log = logging.getLogger(__name__)
-MANIFEST = "_manifest.json"
+__all__ = ["MANIFEST", "ReconciliationError", "prepare", "publish_prepared"]
 BATCH = 256  # lines per task sent to a decoding process: amortises the IPC
-
-
-class ReconciliationError(RuntimeError):
-    """Input records ≠ curated + quarantined: a record was lost or counted twice."""
 
 
 def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_id: str | None = None,
             rules: RecordRules | None = None, workload: str = "image") -> dict:
     """Prepare the drop of ``date`` from ``raw`` into ``lake`` by a workload's record ``rules`` (default: the image
-    workload's); returns the JSON summary."""
+    workload's), on this host; returns the JSON summary. (``aigc.prepare.fanout`` does the same across tasks.)"""
     rules = rules or load_workload("image").records(None)
     date = parse_date(date)
-    run_id = run_id or new_run_id()
     started = time.perf_counter()
-    curated_run = run_prefix(partition("curated", cfg.dataset, date), run_id)
-    quarantine_run = run_prefix(partition("quarantine", cfg.dataset, date), run_id)
     lines = iter_lines(raw, record_files(raw, date))  # DropNotFound before anything is written
     expected = _announced_records(raw, date)
+    curator = Curator(lake, date, run_id or new_run_id(), cfg, rules)
+    n_input = 0
+    with examining(raw.sub(drop_prefix(date)), cfg, rules) as examine:
+        for lines_, examined in examine(progress(lines, desc=f"prepare {date}", total=expected, unit="rec")):
+            n_input += len(lines_)
+            feed(curator, rules, lines_, examined)
+    return curator.finish(n_input, raw_uri(raw, date), time.perf_counter() - started, workload)
 
-    sizes = {"target_bytes": cfg.shard_target_bytes, "row_group_rows": cfg.row_group_rows,
-             "row_group_bytes": cfg.row_group_bytes}
-    curated = RollingParquetWriter(lake, curated_run, rules.curated_schema, **sizes)
-    quarantine = RollingParquetWriter(lake, quarantine_run, QUARANTINE_SCHEMA, **sizes)
-    kept_keys = RollingParquetWriter(lake, join(curated_run, KEYS_DIR), keys_schema(rules.dedup_keys), **sizes)
-    dedup = rules.deduplicator(cfg)
-    settings = dedup_settings(cfg)
-    earlier = seed_from_earlier_dates(dedup, lake, cfg.dataset, date, cfg.dedup_lookback_days, MANIFEST,
-                                      rules.dedup_keys, settings)
-    reasons: Counter[str] = Counter()
-    n_input = n_curated = 0
-    stats = {c: [math.inf, -math.inf, 0] for c in rules.stats_columns}  # min, max, sum
 
-    def reject(line: RawLine, why: Rejected, record: dict | None, attachment: bytes | None) -> None:
-        reasons[why.reason] += 1
-        key = record.get(rules.attachment_field) if record and rules.attachment_field else None
-        quarantine.write({
-            "id": _text(record.get("id")) if record else None, "reason": why.reason, "detail": why.detail,
-            "raw_file": line.file, "raw_line": line.line_no, "raw": line.data,
-            "image_key": _text(key), "image": attachment,
-        })
+def feed(curator: Curator, rules: RecordRules, lines: list[RawLine], examined: Examined) -> None:
+    """An examined batch of lines into the curator in line order: each rejection where it falls, the candidates
+    between two rejections at once (the fan-out's merge feeds it the same way, so both write the same bytes)."""
+    keys, origins, first = [], [], 0  # the pending run of candidates, from candidate number `first`
 
-    def keep_batch(lines_: list[RawLine], examined: Examined) -> None:
-        """Deduplicate a batch's candidates in drop order, then write the kept rows at once."""
-        nonlocal n_curated
-        kept: list[int] = []  # rows of `examined.columns`
-        candidate = 0
-        # The first record wins: dedup runs in drop order.
-        keys = [v for _, _, v in examined.outcomes if not isinstance(v, Rejected)]
-        duplicates = iter(dedup.check_batch(keys))
-        for line, (record, image, verdict) in zip(lines_, examined.outcomes, strict=True):
-            if isinstance(verdict, Rejected):
-                reject(line, verdict, record, image)
-                continue
-            duplicate = next(duplicates)
-            if duplicate:
-                reject(line, duplicate, record, None)
-            else:
-                kept.append(candidate)
-            candidate += 1
-        if kept:
-            kept_keys.write_columns({name: [keys[i][name] for i in kept] for name in rules.dedup_keys})
-        if not kept:
-            return
-        rows = examined.columns
-        if len(kept) < candidate:
-            rows = {name: [column[i] for i in kept] for name, column in rows.items()}
-        curated.write_columns(rows)
-        n_curated += len(kept)
-        for column, (lo, hi, total) in stats.items():
-            values = rows[column]
-            stats[column] = [min(lo, min(values)), max(hi, max(values)), total + sum(values)]
+    def candidates() -> None:
+        nonlocal keys, origins, first
+        if keys:
+            stop = first + len(keys)
+            curator.candidates(keys, origins, {n: c[first:stop] for n, c in examined.columns.items()})
+            keys, origins, first = [], [], stop
 
+    for line, (record, attachment, verdict) in zip(lines, examined.outcomes, strict=True):
+        if isinstance(verdict, Rejected):
+            candidates()
+            curator.reject(origin_of(line, record, rules), verdict, attachment)
+        else:
+            keys.append(verdict)
+            origins.append(origin_of(line, record, rules))
+    candidates()
+
+
+@contextlib.contextmanager
+def examining(drop: Lake, cfg: PrepareConfig, rules: RecordRules) -> Iterator:
+    """A function from lines to (batch of lines, ``Examined``) pairs, in order, examined by ``cfg.workers``
+    processes with at most ``cfg.window`` records in flight."""
     workers = cfg.workers or available_cpus()
-    drop = raw.sub(drop_prefix(date))
-    in_flight: deque[tuple[list[RawLine], Future]] = deque()
     max_in_flight = max(2 * workers, cfg.window // BATCH)
 
-    def drain_one() -> None:
-        lines_, future = in_flight.popleft()
-        keep_batch(lines_, future.result())
-
-    with _executor(workers, drop, cfg, rules) as pool:
+    def examine(lines: Iterable[RawLine]) -> Iterator[tuple[list[RawLine], Examined]]:
+        in_flight: deque[tuple[list[RawLine], Future]] = deque()
         batch: list[RawLine] = []
-        for line in progress(lines, desc=f"prepare {date}", total=expected, unit="rec"):
-            n_input += 1
+        for line in lines:
             batch.append(line)
             if len(batch) < BATCH:
                 continue
             in_flight.append((batch, pool.submit(examine_lines, batch)))
             batch = []
             if len(in_flight) >= max_in_flight:
-                drain_one()
-        in_flight.append((batch, pool.submit(examine_lines, batch)))  # the tail (maybe empty)
+                lines_, future = in_flight.popleft()
+                yield lines_, future.result()
+        if batch:
+            in_flight.append((batch, pool.submit(examine_lines, batch)))
         while in_flight:
-            drain_one()
+            lines_, future = in_flight.popleft()
+            yield lines_, future.result()
 
-    curated_shards, quarantine_shards, key_shards = curated.close(), quarantine.close(), kept_keys.close()
-    if n_input == 0:
-        raise EmptyDrop(f"the raw drop at {raw.url(drop_prefix(date))} is complete but holds no records (its "
-                        "JSONL files are empty): nothing to prepare. A drop needs at least one record; "
-                        f"`aigc make-raw --date {date} --n N` writes a synthetic one")
-    n_quarantined = sum(reasons.values())
-    if n_input != n_curated + n_quarantined:
-        raise ReconciliationError(
-            f"input {n_input} ≠ curated {n_curated} + quarantined {n_quarantined}: records were lost or doubled"
-        )
-    seconds = time.perf_counter() - started
-    manifest = {
-        "dataset": cfg.dataset, "date": date.isoformat(), "run_id": run_id, "raw": drop.uri,
-        "input_records": n_input, "rows": n_curated, "quarantined": dict(sorted(reasons.items())),
-        "bytes": sum(s["bytes"] for s in curated_shards), "shards": curated_shards,
-        "quarantine": {"prefix": quarantine_run, "shards": quarantine_shards},
-        "dedup_keys": key_shards, "dedup_settings": settings, "deduplicated_against": earlier,
-        "workload": workload, "schema": rules.curated_schema.to_string(show_schema_metadata=False),
-        "stats": {c: {"min": lo if n_curated else None, "max": hi if n_curated else None,
-                      "mean": total / n_curated if n_curated else None} for c, (lo, hi, total) in stats.items()},
-        "config": dataclasses.asdict(cfg), "seconds": round(seconds, 3),
-    }
-    lake.put_json(join(curated_run, MANIFEST), manifest)
-    lake.put_json(join(quarantine_run, MANIFEST), {k: manifest[k] for k in ("date", "run_id", "quarantined")})
-    return {
-        "stage": "prepare", "date": date.isoformat(), "run_id": run_id, "input": n_input, "curated": n_curated,
-        "quarantined": n_quarantined, "reasons": dict(sorted(reasons.items())),
-        "staging_uri": lake.url(curated_run), "quarantine_uri": lake.url(quarantine_run),
-        "shards": len(curated_shards), "seconds": round(seconds, 3),
-        "rows_per_s": round(n_input / seconds, 1) if seconds else None,
-        "dedup": dedup.stats() if hasattr(dedup, "stats") else None, "deduplicated_against": earlier,
-    }
+    with _executor(workers, drop, cfg, rules) as pool:
+        yield examine
 
 
 def publish_prepared(lake: Lake, dataset: str, date: str | dt.date, run_id: str) -> dict:
@@ -172,6 +109,7 @@ def publish_prepared(lake: Lake, dataset: str, date: str | dt.date, run_id: str)
     quarantine, so both move together or neither does."""
     quarantine = partition("quarantine", dataset, date)
     c = publish(lake, partition("curated", dataset, date), run_id, companions=[quarantine], manifest=MANIFEST)
+    lake.delete_prefix(partition("parts", dataset, date))  # a fan-out's intermediate parts, this run's and older
     return {"stage": "publish", "date": parse_date(date).isoformat(), "run_id": run_id,
             "curated_uri": lake.url(c["run_prefix"]), "quarantine_uri": lake.url(c["companions"][quarantine]),
             "replaced_run_id": c["previous_run_id"]}
@@ -191,11 +129,6 @@ class _InlineExecutor(Executor):
         future: Future = Future()
         future.set_result(fn(*args, **kwargs))
         return future
-
-
-def _text(value) -> str | None:
-    """A record's id or key for the quarantine's string columns (a malformed record may hold anything there)."""
-    return value if value is None or isinstance(value, str) else json.dumps(value, default=str)
 
 
 @contextlib.contextmanager
