@@ -95,6 +95,7 @@ airflow: install
 bench: install
 	$(BIN)/python bench/prepare_bench.py
 	$(BIN)/python bench/prepare_scaling.py
+	$(BIN)/python bench/prepare_fanout.py
 	$(BIN)/python bench/train_bench.py
 	$(BIN)/python bench/batching_bench.py
 	$(BIN)/python bench/long_prompts_bench.py

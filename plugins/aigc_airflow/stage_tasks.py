@@ -192,12 +192,36 @@ def prepare_tasks():
             context, cfg, lake, date = run_config()
             return _raw_lake(lake, cfg, context["params"]).exists(join(drop_prefix(date), SUCCESS))
 
-        @task(trigger_rule="none_failed_min_one_success", execution_timeout=task_timeout("prepare"))
-        def prepare() -> dict:
+        @task(trigger_rule="none_failed_min_one_success")
+        def plan_drop() -> dict:
+            """Cut the drop into the run's parts (``prepare.parts``), each a mapped task below."""
             from aigc.stages import PREPARE
+            from aigc_airflow.runtime import dag_run_scoped_id
 
             context, cfg, lake, date = run_config()
-            return PREPARE.produce(_raw_lake(lake, cfg, context["params"]), lake, date, cfg)
+            return PREPARE.plan(_raw_lake(lake, cfg, context["params"]), date, cfg,
+                                run_id=dag_run_scoped_id(context, cfg, "prepare"))
+
+        @task
+        def parts_of(plan: dict) -> list[dict]:
+            return plan["parts"]  # mapping needs a list-valued XCom of its own
+
+        @task(execution_timeout=task_timeout("prepare_part"))
+        def prepare_part(plan: dict, part: dict) -> dict:
+            """Decode, verify, normalise and sign one part's records (any Celery worker; a retry redoes the part)."""
+            from aigc.stages import PREPARE
+
+            context, cfg, lake, _date = run_config()
+            done = PREPARE.part(_raw_lake(lake, cfg, context["params"]), lake, plan, part, cfg)
+            return {k: done[k] for k in ("index", "lines", "candidates", "rejected", "seconds")}
+
+        @task(execution_timeout=task_timeout("merge_parts"))
+        def merge_parts(plan: dict, _parts: list) -> dict:
+            """Deduplicate the parts in drop order and write the curated shards and the quarantine."""
+            from aigc.stages import PREPARE
+
+            _context, cfg, lake, _date = run_config()
+            return PREPARE.merge(lake, plan, cfg)
 
         @task(outlets=[CURATED])
         def publish_curated(prepared: dict) -> dict:
@@ -207,8 +231,9 @@ def prepare_tasks():
             return announced(context, PREPARE.publish(lake, cfg, prepared))
 
         branch = choose_drop()
-        prepared = prepare()
-        branch >> [make_demo_drop(), wait_for_drop()] >> prepared
+        plan = plan_drop()
+        branch >> [make_demo_drop(), wait_for_drop()] >> plan
+        prepared = merge_parts(plan, prepare_part.partial(plan=plan).expand(part=parts_of(plan)))
         gate = QualityGateOperator(task_id="gate_curated", gate="curated", prepared=prepared)
         published = publish_curated(prepared)
         gate >> published

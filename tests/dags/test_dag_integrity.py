@@ -118,14 +118,17 @@ def test_each_stage_is_defined_once_and_the_pipeline_runs_them_all_in_order(dagb
     assert down["publish_content"] == {"release_partition"}
 
 
-def test_stage_one_is_wired_drop_prepare_gate_publish(dagbag):
+def test_stage_one_is_wired_drop_plan_mapped_parts_merge_gate_publish(dagbag):
     dag = dagbag.dags["aigc_prepare"]
     down = downstream(dag)
     assert down["choose_drop"] == {"make_demo_drop", "wait_for_drop"}
-    assert down["make_demo_drop"] == down["wait_for_drop"] == {"prepare"}
-    assert down["prepare"] >= {"gate_curated", "publish_curated"}
+    assert down["make_demo_drop"] == down["wait_for_drop"] == {"plan_drop"}
+    assert down["plan_drop"] == {"parts_of", "prepare_part", "merge_parts"}
+    assert down["parts_of"] == {"prepare_part"} and down["prepare_part"] == {"merge_parts"}
+    assert down["merge_parts"] >= {"gate_curated", "publish_curated"}
     assert down["gate_curated"] == {"publish_curated"}
-    assert dag.get_task("prepare").trigger_rule == "none_failed_min_one_success"
+    assert dag.get_task("plan_drop").trigger_rule == "none_failed_min_one_success"
+    assert type(dag.get_task("prepare_part")).__name__.endswith("MappedOperator")  # over the plan's parts
 
 
 def test_stage_two_trains_then_gates_then_hands_off(dagbag):

@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 import pytest
 
+from aigc.cli import main
 from aigc.lake import open_lake
 from aigc.lake.keys import partition
 from aigc.lake.publish import NotPublished, resolve
@@ -95,6 +96,7 @@ def celery_stack(tmp_path_factory):
 
 DATES = ["2026-11-01", "2026-11-02", "2026-11-03"]  # a range, then one date redone while the others stay
 PREPARE = "aigc_prepare"
+BACKFILL_CONF = {**SMOKE_CONF, "prepare_parts": 2}  # stage 1 as two mapped prepare_part tasks
 
 
 def backfill(stack: AirflowStack, behavior: str, first: str, last: str) -> dict:
@@ -111,7 +113,7 @@ def backfill(stack: AirflowStack, behavior: str, first: str, last: str) -> dict:
                      "the previous backfill to be marked complete", interval=2)
     before = {b["id"] for b in backfills()}
     stack.cli("backfill", "create", "--dag-id", PREPARE, "--from-date", first, "--to-date", last,
-              "--reprocess-behavior", behavior, "--max-active-runs", "2", "--dag-run-conf", json.dumps(SMOKE_CONF))
+              "--reprocess-behavior", behavior, "--max-active-runs", "2", "--dag-run-conf", json.dumps(BACKFILL_CONF))
     (new,) = [b for b in backfills() if b["id"] not in before]
     return new
 
@@ -136,9 +138,24 @@ def backfilled(celery_stack):
     return runs
 
 
-def test_a_backfill_of_aigc_prepare_curates_each_date_and_trains_nothing(celery_stack, backfilled):
+def test_a_backfill_of_aigc_prepare_curates_each_date_and_trains_nothing(celery_stack, backfilled, tmp_path):
     lake = open_lake(celery_stack.lake_uri)
     first = curated_runs(lake)
+    # Stage 1 ran as two mapped parts on the Celery workers and wrote the bytes one host writes from the same drop
+    # (the first date: no earlier date was published to deduplicate against, whatever order the runs took).
+    tis = celery_stack.task_instances(backfilled[DATES[0]]["dag_run_id"], PREPARE)
+    parts = [t for t in tis if t["task_id"] == "prepare_part"]
+    assert sorted(t["map_index"] for t in parts) == [0, 1] and {t["state"] for t in parts} == {"success"}, parts
+    one_host = tmp_path / "one-host"
+    assert main(["prepare", "--preset", "smoke", "--lake", str(one_host), "--raw", lake.url("raw/shapes"),
+                 "--date", DATES[0], "--no-gate", "--workers", "1"]) == 0
+    (local_manifest,) = [k for k in open_lake(str(one_host)).list("curated") if k.endswith("_manifest.json")]
+    mapped = lake.get_json(f"curated/shapes/dt={DATES[0]}/run={first[DATES[0]]}/_manifest.json")
+    alone = open_lake(str(one_host)).get_json(local_manifest)
+    for what in ("shards", "dedup_keys"):
+        assert [(s["sha256"], s["rows"]) for s in mapped[what]] == [(s["sha256"], s["rows"]) for s in alone[what]]
+    assert [s["sha256"] for s in mapped["quarantine"]["shards"]] == [s["sha256"] for s in alone["quarantine"]["shards"]]
+    assert mapped["fanout"]["parts"] == 2 and alone["fanout"] is None
     for d in DATES:  # exactly one run folder per date: nothing appended
         assert [k for k in lake.list(f"curated/shapes/dt={d}") if k.endswith("_manifest.json")] == [
             f"curated/shapes/dt={d}/run={first[d]}/_manifest.json"]

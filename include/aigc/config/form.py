@@ -59,6 +59,9 @@ FORM: tuple[FormField, ...] = (
     FormField("near_dup_threshold", "Near-duplicate similarity threshold", "prepare", "number",
               ("prepare", "near_dup_threshold"), DATA, minimum=0.05, maximum=1,
               description="Caption Jaccard similarity above which records are near duplicates."),
+    FormField("prepare_parts", "Preparation parts", "prepare", "integer", ("prepare", "parts"), DATA, minimum=1,
+              maximum=4096, description="Mapped prepare_part tasks the drop is cut into (one per Celery worker on a "
+                                        "cluster); the curated rows are the same for every value."),
     FormField("min_rows", "Gate 1: minimum curated rows", "prepare", "integer", ("curated_gate", "min_rows"), GATES,
               minimum=0),
     FormField("max_quarantine_ratio", "Gate 1: maximum quarantined fraction", "prepare", "number",

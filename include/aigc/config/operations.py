@@ -19,7 +19,8 @@ TASK_TIMEOUTS = {
     "generate_shard": dt.timedelta(hours=2),
     "evaluate": dt.timedelta(hours=3),
     "build_variants": dt.timedelta(hours=2),
-    "prepare": dt.timedelta(hours=4),
+    "prepare_part": dt.timedelta(hours=4),
+    "merge_parts": dt.timedelta(hours=4),
 }
 """execution_timeout by task id: the stages' heavy work."""
 TASK_QUEUED_TIMEOUT = dt.timedelta(hours=2)

@@ -144,7 +144,7 @@ class Curator:
             "workload": workload, "schema": self.rules.curated_schema.to_string(show_schema_metadata=False),
             "stats": {c: {"min": lo if n else None, "max": hi if n else None, "mean": total / n if n else None}
                       for c, (lo, hi, total) in self._stats.items()},
-            "config": dataclasses.asdict(cfg), "seconds": round(seconds, 3),
+            "config": dataclasses.asdict(cfg), "seconds": round(seconds, 3), "fanout": fanout,
         }
         lake.put_json(join(self.curated_run, MANIFEST), manifest)
         lake.put_json(join(self.quarantine_run, MANIFEST),
@@ -161,7 +161,7 @@ class Curator:
 
 
 def raw_uri(raw: Lake, date: dt.date) -> str:
-    return raw.sub(drop_prefix(date)).uri
+    return raw.url(drop_prefix(date))
 
 
 def _text(value) -> str | None:
