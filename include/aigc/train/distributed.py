@@ -142,12 +142,14 @@ def no_sync(model: nn.Module, last_micro_step: bool):
     return contextlib.nullcontext()
 
 
-def all_mean(ctx: Dist, values: list[float]) -> list[float]:
-    if not ctx.distributed:
-        return values
-    t = torch.tensor(values, dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(t)
-    return (t / ctx.world).tolist()
+def all_mean(ctx: Dist, values: list[float] | torch.Tensor) -> list[float]:
+    """The mean over ranks of each value (a list, or a float64 tensor on the rank's device: reduced in place
+    and read back to the host once)."""
+    t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=torch.float64, device=ctx.device)
+    if ctx.distributed:
+        dist.all_reduce(t)
+        t = t / ctx.world
+    return t.tolist()
 
 
 def all_sum(ctx: Dist, values: list[float]) -> list[float]:

@@ -166,14 +166,16 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
                     log.info("epoch %d: imbalance %.4f (per step %.4f) of assigned cost over %d rank(s)",
                              epoch, *epoch_plan, ctx.world)
             t0 = time.perf_counter()
-            sums = [0.0] * (1 + len(workload.loss_parts))  # the loss, then its logged parts
+            # The loss, then its logged parts, summed on the device: no host synchronisation per micro-step (on a GPU
+            # each `float()` would wait for the queued kernels); one transfer per step, with the all-reduce.
+            sums = torch.zeros(1 + len(workload.loss_parts), dtype=torch.float64, device=ctx.device)
             for a in range(t.grad_accum):
                 batch = tuple(x.to(ctx.device, non_blocking=True) for x in next(batches_iter))
                 with D.no_sync(ddp, a == t.grad_accum - 1), D.autocast(precision, ctx.device):
                     out = task.loss(ddp, batch, train=True)
                     scaler.scale(out.total / t.grad_accum).backward()
                 parts = (out.total, *(out.parts[p] for p in workload.loss_parts))
-                sums = [s + float(v.detach()) / t.grad_accum for s, v in zip(sums, parts, strict=True)]
+                sums += torch.stack([v.detach().to(torch.float64) for v in parts]) / t.grad_accum
             grad_norm, skipped = optimizer_step(scaler, opt, model.parameters(), t.clip_grad_norm)
             lr = sched.get_last_lr()[0]
             sched.step()

@@ -175,3 +175,25 @@ def test_checkpoints_keep_only_the_newest_two(curated_lake):
     assert kept == ["LATEST.json", "step-0000002.json", "step-0000002.pt", "step-0000003.json", "step-0000003.pt"]
     state = torch.load(io.BytesIO(curated_lake.get_bytes(join(prefix, DIR, "step-0000003.pt"))), weights_only=True)
     assert state["step"] == 3
+
+
+def test_micro_steps_do_not_read_the_loss_back_to_the_host(curated_lake, monkeypatch):
+    """On a GPU every read of a tensor's value waits for the queued kernels: the loop reads each step's figures once,
+    so accumulating 4 micro-batches reads as often as 1 (a read per micro-step would add 3 a step)."""
+    reads = {"n": 0}
+
+    def counted(method):
+        def read(self, *args, **kwargs):
+            reads["n"] += 1
+            return method(self, *args, **kwargs)
+        return read
+
+    for name in ("__float__", "item", "tolist"):
+        monkeypatch.setattr(torch.Tensor, name, counted(getattr(torch.Tensor, name)))
+    counts = []
+    for accum in (1, 4):
+        reads["n"] = 0
+        train(curated_lake, tiny_config(steps=4, eval_every=4, grad_accum=accum, batch_size=8),
+              run_id=f"20261120T000000000000Z-acc{accum}")
+        counts.append(reads["n"])
+    assert counts[0] == counts[1], counts
