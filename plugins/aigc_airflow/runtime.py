@@ -25,7 +25,10 @@ def open_task_lake(uri: str | None = None):
 
 
 def lake_env() -> dict[str, str]:
-    """The ``aws_default`` credentials as AWS_* variables, for child processes (torchrun workers) that open the lake."""
+    """The ``aws_default`` credentials as AWS_* variables, for child processes (torchrun workers) that open the lake.
+
+    With a role in the connection (extra ``role_arn``) the children get the connection's keys and the role, and
+    each assumes and renews it: no temporary credentials that would expire mid-run are handed on."""
     from aigc.lake import S3Options, default_lake_uri
 
     if not default_lake_uri().startswith("s3://"):
@@ -33,7 +36,7 @@ def lake_env() -> dict[str, str]:
     opts = s3_options_from_connection(S3Options.from_env())
     env = {"AWS_ACCESS_KEY_ID": opts.access_key, "AWS_SECRET_ACCESS_KEY": opts.secret_key,
            "AWS_SESSION_TOKEN": opts.session_token, "AWS_ENDPOINT_URL": opts.endpoint_url,
-           "AWS_DEFAULT_REGION": opts.region}
+           "AWS_DEFAULT_REGION": opts.region, "AIGC_S3_ROLE_ARN": opts.role_arn}  # a role: each child renews its own
     return {k: v for k, v in env.items() if v}
 
 
@@ -45,9 +48,16 @@ def s3_options_from_connection(fallback):
 
     try:
         hook = AwsBaseHook(aws_conn_id=AWS_CONN_ID, client_type="s3")
-        creds = hook.get_credentials()
-        endpoint = hook.conn_config.endpoint_url
-        region = hook.conn_region_name
+        config = hook.conn_config
+        endpoint = config.endpoint_url
+        if config.role_arn:
+            # The connection's own keys and the role, not the hook's assumed credentials: those expire within the
+            # hour, the lake assumes the role itself and renews it (S3Options.role_arn). The region is read from the
+            # connection: the hook's would build a client, assuming the role once more.
+            return S3Options(endpoint_url=endpoint or fallback.endpoint_url, access_key=config.aws_access_key_id,
+                             secret_key=config.aws_secret_access_key, session_token=config.aws_session_token,
+                             role_arn=config.role_arn, region=config.region_name or fallback.region)
+        creds, region = hook.get_credentials(), hook.conn_region_name
     except AirflowNotFoundException:
         log.info("no %r connection: using the AWS environment variables for the lake", AWS_CONN_ID)
         return fallback

@@ -76,3 +76,27 @@ def test_an_asset_started_run_carries_on_with_the_form_values_of_the_run_it_foll
     assert run_params(ctx) == {"preset": "demo", "train_steps": None, "n_records": 500, "synthetic_drop": False}
     by_hand = context(run_type="manual", params={"preset": "smoke", "train_steps": 3})
     assert run_params(by_hand) == {"preset": "smoke", "train_steps": 3}
+
+
+def test_a_role_in_the_connection_reaches_the_lake_and_the_children_as_the_role_not_as_expiring_keys(
+        s3_server, monkeypatch):
+    """The hook would hand over the role's credentials of the moment (an hour's worth); the lake gets the
+    connection's keys and the role instead and assumes it itself, and so does each child process."""
+    import json
+
+    from aigc.lake import S3Lake, S3Options, open_lake
+    from aigc_airflow.runtime import lake_env, open_task_lake
+
+    role = "arn:aws:iam::123456789012:role/aigc-lake"
+    conn = json.loads(s3_server.env()["AIRFLOW_CONN_AWS_DEFAULT"])
+    conn["extra"]["role_arn"] = role
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(conn))
+    monkeypatch.setenv("AIGC_LAKE_URI", f"s3://{s3_server.bucket}/conn-role")
+    lake = open_task_lake()
+    assert isinstance(lake, S3Lake) and lake.options.role_arn == role and lake.options.session_token is None
+    lake.put_json("x.json", {"ok": True})
+    assert lake._role_session.get_credentials().get_frozen_credentials().access_key != conn["login"]
+    env = lake_env()
+    assert env["AIGC_S3_ROLE_ARN"] == role and "AWS_SESSION_TOKEN" not in env
+    child = open_lake(f"s3://{s3_server.bucket}/conn-role", S3Options.from_env(env))  # as a torchrun worker opens it
+    assert child.options.role_arn == role and child.get_json("x.json") == {"ok": True}

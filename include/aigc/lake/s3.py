@@ -41,6 +41,11 @@ class S3Options:
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)  # never in a repr, so never in a log or traceback
     session_token: str | None = field(default=None, repr=False)
+    role_arn: str | None = None
+    """A role to assume with the credentials above (or the default chain's): the lake then holds temporary
+    credentials that it renews itself before they expire (AssumeRole at the endpoint's STS: AWS, MinIO), so a task
+    that outlives one session (training runs for hours) keeps working, and no expiring secret is handed on."""
+    role_session_seconds: int = 3600
     region: str = "us-east-1"
     max_attempts: int = 6
     """Bounded retries; botocore's 'standard' mode backs off exponentially with jitter."""
@@ -54,6 +59,9 @@ class S3Options:
             raise ValueError(f"max_attempts must be in [1, 20], got {self.max_attempts}")
         if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
             raise ValueError("S3 timeouts must be positive")
+        if not 900 <= self.role_session_seconds <= 43_200:
+            raise ValueError(f"role_session_seconds must be in [900, 43200] (STS's limits), got "
+                             f"{self.role_session_seconds}")
         if self.multipart_threshold_bytes < 5 * 1024 * 1024:
             raise ValueError(
                 f"multipart_threshold_bytes must be ≥ 5 MiB (S3's smallest part), got {self.multipart_threshold_bytes}"
@@ -67,6 +75,7 @@ class S3Options:
             access_key=env.get("AWS_ACCESS_KEY_ID") or None,
             secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
             session_token=env.get("AWS_SESSION_TOKEN") or None,
+            role_arn=env.get("AIGC_S3_ROLE_ARN") or None,
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         )
 
@@ -116,6 +125,27 @@ def _explained(method):
     return wrapper
 
 
+def _assumed_role_session(o: S3Options) -> boto3.session.Session:
+    """A boto3 session whose credentials are ``o.role_arn``'s, assumed with ``o``'s keys (or the default chain's)
+    and renewed by botocore before they expire (its advisory window: 15 minutes ahead)."""
+    from botocore.credentials import RefreshableCredentials
+    from botocore.session import get_session
+
+    sts = boto3.session.Session().client("sts", endpoint_url=o.endpoint_url, region_name=o.region,
+                                         aws_access_key_id=o.access_key, aws_secret_access_key=o.secret_key,
+                                         aws_session_token=o.session_token)
+
+    def assume() -> dict:
+        c = sts.assume_role(RoleArn=o.role_arn, RoleSessionName="aigc-lake",
+                            DurationSeconds=o.role_session_seconds)["Credentials"]
+        return {"access_key": c["AccessKeyId"], "secret_key": c["SecretAccessKey"], "token": c["SessionToken"],
+                "expiry_time": c["Expiration"].isoformat()}
+
+    botocore_session = get_session()
+    botocore_session._credentials = RefreshableCredentials.create_from_metadata(assume(), assume, "assume-role")
+    return boto3.session.Session(botocore_session=botocore_session, region_name=o.region)
+
+
 class S3Lake(Lake):
     def __init__(self, uri: str, options: S3Options | None = None):
         parsed = urlparse(uri)
@@ -142,10 +172,14 @@ class S3Lake(Lake):
 
     def __getstate__(self) -> dict:
         # Clients and connection pools do not cross process boundaries: rebuild them lazily.
-        return {k: v for k, v in self.__dict__.items() if k not in ("client", "arrow_fs")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("client", "_arrow_fs", "_role_session")}
 
     def _k(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
+
+    @cached_property
+    def _role_session(self) -> boto3.session.Session:
+        return _assumed_role_session(self.options)
 
     @cached_property
     def client(self):
@@ -156,6 +190,8 @@ class S3Lake(Lake):
             read_timeout=o.read_timeout_s,
             s3={"addressing_style": "path"} if o.endpoint_url else None,
         )
+        if o.role_arn:
+            return self._role_session.client("s3", endpoint_url=o.endpoint_url, region_name=o.region, config=config)
         return boto3.session.Session().client(
             "s3",
             endpoint_url=o.endpoint_url,
@@ -248,8 +284,23 @@ class S3Lake(Lake):
             self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
         return len(keys)
 
-    @cached_property
+    @property
     def arrow_fs(self) -> pafs.FileSystem:
+        """pyarrow's S3 client, with the boto3 client's current credentials: rebuilt when an assumed role's
+        credentials were renewed (each stream opened takes the renewed ones)."""
+        o = self.options
+        if o.role_arn:
+            frozen = self._role_session.get_credentials().get_frozen_credentials()  # renews them if near expiry
+            keys = (frozen.access_key, frozen.secret_key, frozen.token)
+        else:
+            keys = (o.access_key, o.secret_key, o.session_token)
+        cached = self.__dict__.get("_arrow_fs")
+        if cached is None or cached[0] != keys:
+            self.__dict__["_arrow_fs"] = (keys, self._new_arrow_fs(*keys))
+        return self.__dict__["_arrow_fs"][1]
+
+    def _new_arrow_fs(self, access_key: str | None, secret_key: str | None,
+                      session_token: str | None) -> pafs.FileSystem:
         o = self.options
         kwargs = {}
         if o.endpoint_url:
@@ -257,9 +308,9 @@ class S3Lake(Lake):
             parsed = urlparse(o.endpoint_url)
             kwargs.update(endpoint_override=parsed.netloc, scheme=parsed.scheme or "https")
         return pafs.S3FileSystem(
-            access_key=o.access_key,
-            secret_key=o.secret_key,
-            session_token=o.session_token,
+            access_key=access_key,
+            secret_key=secret_key,
+            session_token=session_token,
             region=o.region,
             connect_timeout=o.connect_timeout_s,
             request_timeout=o.read_timeout_s,

@@ -1,7 +1,9 @@
 """The lake's contract, checked on both backends (a folder and a real S3 HTTP server)."""
 
+import dataclasses
 import os
 import re
+import uuid
 
 import pyarrow as pa
 import pytest
@@ -162,3 +164,28 @@ def test_an_unreachable_endpoint_and_a_missing_bucket_say_how_to_fix_them(s3_ser
     assert HOW_TO_SET in str(e.value)
     with pytest.raises(LakeUnreachable, match=r"NoSuchBucket.*The bucket must exist"):
         S3Lake("s3://no-such-bucket-here/x", s3_server.options()).put_bytes("k", b"v")
+
+
+def test_an_assumed_role_is_renewed_before_it_expires_and_pyarrow_follows(s3_server):
+    """Temporary credentials run out (an hour, by default) while training runs for hours: with a role the lake
+    assumes it itself (STS at the endpoint) and renews it, for boto3 and for the Parquet streams alike."""
+    import datetime as dt
+
+    opts = dataclasses.replace(s3_server.options(), role_arn="arn:aws:iam::123456789012:role/aigc-lake")
+    lake = S3Lake(f"s3://{s3_server.bucket}/role-{uuid.uuid4().hex[:8]}", opts)
+    lake.put_json("a.json", {"n": 1})
+    credentials = lake._role_session.get_credentials()
+    first = credentials.get_frozen_credentials()
+    assert first.access_key != opts.access_key and first.token  # temporary: the role's, not the user's
+    fs = lake.arrow_fs
+    assert lake.arrow_fs is fs  # unchanged credentials: the same pyarrow client
+    credentials._expiry_time = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5)  # inside botocore's renewal window
+    renewed = credentials.get_frozen_credentials()
+    assert renewed.access_key != first.access_key  # assumed again
+    assert lake.arrow_fs is not fs  # pyarrow takes the renewed ones for the next stream
+    write_parquet = lake.parquet_writer("t.parquet", pa.schema([("x", pa.int64())]))
+    write_parquet.write_table(pa.table({"x": [1, 2]}))
+    write_parquet.close()
+    assert lake.read_parquet(["t.parquet"]).num_rows == 2 and lake.get_json("a.json") == {"n": 1}
+    assert "role_session_seconds must be in [900, 43200]" in str(pytest.raises(
+        ValueError, S3Options, role_session_seconds=60).value)
