@@ -271,7 +271,8 @@ def deploy_tasks():
             _context, cfg, lake, date = run_config()
             return DEPLOY.register(lake, date, cfg)
 
-        @task(execution_timeout=task_timeout("build_variants"))
+        # On the GPU queue: variants are timed on the device they will serve on (the recommendation compares them).
+        @task(queue=GPU_QUEUE, pool=GPU_POOL, execution_timeout=task_timeout("build_variants"))
         def build_variants(registered: dict) -> dict:
             from aigc.stages import DEPLOY
 

@@ -46,8 +46,8 @@ def test_every_task_has_an_owner_retries_and_a_timeout_within_the_date_lease(dag
             assert task.execution_timeout is not None and task.execution_timeout < longest, where
             assert task.max_retry_delay <= MAX_RETRY_DELAY, where
     gpu = {(d.dag_id, t.task_id) for d in dagbag.dags.values() for t in d.tasks if t.pool == "gpu"}
-    assert gpu == {("aigc_pipeline", "train"), ("aigc_pipeline", "generate_shard"), ("aigc_train", "train"),
-                   ("aigc_generate", "generate_shard")}
+    assert gpu == {("aigc_pipeline", "train"), ("aigc_pipeline", "build_variants"), ("aigc_pipeline", "generate_shard"),
+                   ("aigc_train", "train"), ("aigc_deploy", "build_variants"), ("aigc_generate", "generate_shard")}
 
 
 def test_the_stage_dags_form_one_chain_linked_by_assets(dagbag):

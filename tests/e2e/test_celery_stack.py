@@ -36,7 +36,7 @@ from tests.e2e.stack import DAG_IDS, SMOKE_CONF, AirflowStack, published_runs, r
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1800)]
 POSTGRES = os.environ.get("AIGC_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("AIGC_TEST_REDIS", "redis://127.0.0.1:6379")
-GPU_TASKS = {"train", "generate_shard"}
+GPU_TASKS = {"train", "build_variants", "generate_shard"}
 HOW = ("set AIGC_TEST_POSTGRES (an admin URL: the test creates its own database) and AIGC_TEST_REDIS "
        "to servers it may use, e.g. `docker run -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres` "
        "and `docker run -p 6379:6379 redis`")
@@ -202,7 +202,8 @@ def test_a_backfill_of_aigc_prepare_curates_each_date_and_trains_nothing(celery_
 
 def test_training_after_the_backfill_uses_its_window_with_gpu_tasks_on_the_gpu_queue(celery_stack, backfilled):
     """One all-stages run of the last date, three days' window: it trains on the backfilled partitions, its
-    training and generation shards on the gpu worker, everything else on the default one."""
+    training, its variants' timing and its generation shards on the gpu worker, everything else on the default
+    one."""
     run_id = celery_stack.trigger({**SMOKE_CONF, "window_days": 3}, logical_date=f"{DATES[-1]}T00:00:00Z")
     state = celery_stack.wait_for_runs([run_id], timeout=1200)[run_id]
     assert state == "success", f"{run_id} ended {state}; logs in {celery_stack.logs}"
@@ -219,7 +220,7 @@ def test_training_after_the_backfill_uses_its_window_with_gpu_tasks_on_the_gpu_q
                                       (celery_stack.logs / f"celery-worker-{queue}.log").read_text()))
                 for queue in ("default", "gpu")}
     ours = [t for t in celery_stack.task_instances(run_id) if t["task_id"] in GPU_TASKS]
-    assert len(ours) == 3 and received["gpu"] == sum(1 for t in tis if t["task_id"] in GPU_TASKS), received
+    assert len(ours) == 4 and received["gpu"] == sum(1 for t in tis if t["task_id"] in GPU_TASKS), received
     assert received["default"] >= len(tis) - received["gpu"], received
     lake = open_lake(celery_stack.lake_uri)
     published = published_runs(lake, DATES[-1])

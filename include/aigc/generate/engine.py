@@ -28,10 +28,12 @@ LEARNED = "_BATCH_SIZES.json"  # per run: what each shard's batcher settled on, 
 class ShardEngine:
     def __init__(self, lake: Lake, plan: dict, cfg: PipelineConfig):
         from aigc.generate.run import generation_prefix
-        from aigc.registry.loader import Generator
+        from aigc.registry.loader import Generator, serving_device
 
         self.lake, self.plan, self.cfg = lake, plan, cfg
-        self.device = pick_device().type  # "cuda": the worker's GPU (CUDA_VISIBLE_DEVICES); AIGC_REQUIRE_GPU checked
+        # The worker's GPU (CUDA_VISIBLE_DEVICES; AIGC_REQUIRE_GPU checked), unless the variant runs on the CPU there
+        # (int8 on onnxruntime without its CUDA provider): the batch budget is then the host's memory, not the GPU's.
+        self.device = serving_device(plan["variant"], pick_device()).type
         self.gen = Generator.load(lake, plan["model"], plan["version"], plan["variant"], device=self.device)
         self.cache_prefix = join("cache", "generations", plan["model"], plan["version"], plan["variant"])
         self.learned_key = join(generation_prefix(plan["model"], plan["date"], plan["run_id"]), LEARNED)

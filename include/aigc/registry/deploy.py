@@ -20,12 +20,13 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from aigc.config import DeployConfig
+from aigc.devices import pick_device
 from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date, partition
 from aigc.lake.publish import resolve
 from aigc.models import Vocab
 from aigc.registry import variants
-from aigc.registry.loader import CARD, Generator, build_model, runner_for, variant_key
+from aigc.registry.loader import CARD, Generator, build_model, runner_for, serving_device, variant_key
 from aigc.registry.onnx_export import export_onnx, quantize_int8
 from aigc.registry.safeload import check_weights
 from aigc.registry.store import Registry, sha256
@@ -109,7 +110,7 @@ def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig) -> dict:
     registry, record, prefix, card, fp32_bytes = version_inputs(lake, model, ref)
     version = record["version"]
     prompts, seeds = smoke_prompts(cfg.smoke_prompts, cfg.seed)
-    device = torch.device("cpu")
+    device = pick_device()  # timed where they will serve: this worker's GPU on the gpu queue
     generators: dict[str, Generator] = {}
     built: dict[str, dict] = {}
     baseline = None
@@ -117,8 +118,9 @@ def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig) -> dict:
         key = variant_key(prefix, kind)
         if kind != "fp32":
             lake.put_bytes(key, data)
-        runner, vocab, model_cfg, dtype = runner_for(card, kind, data, device)
-        gen = generators[kind] = Generator(runner, vocab, model_cfg, version=version, variant=kind, device=device,
+        on = serving_device(kind, device)
+        runner, vocab, model_cfg, dtype = runner_for(card, kind, data, on)
+        gen = generators[kind] = Generator(runner, vocab, model_cfg, version=version, variant=kind, device=on,
                                            dtype=dtype)
         images = gen.generate(prompts, seeds).float()  # (N, R, R, 3)
         baseline = images if baseline is None else baseline
@@ -131,8 +133,10 @@ def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig) -> dict:
             "image_std": round(float(images.flatten(1).std(dim=1).mean()), 3),
             "sparsity": None if kind in variants.ONNX_KINDS else round(variants.sparsity_of(runner.state_dict()), 4),
             "smoke_prompts": cfg.smoke_prompts, "prompt_seed": cfg.seed, "threads": torch.get_num_threads(),
+            "device": str(on),
         }
-    for kind, timing in _latencies(generators, prompts, seeds, cfg).items():
+    devices = {kind: gen.device for kind, gen in generators.items()}
+    for kind, timing in _latencies(generators, prompts, seeds, cfg, devices).items():
         entry = built[kind]
         entry.update(timing)
         if kind != "fp32":
@@ -164,10 +168,11 @@ def _variant_bytes(lake: Lake, card: dict, record: dict, fp32_bytes: bytes, prom
             yield kind, save_safetensors(variants.encode(kind, state, sparsity=cfg.sparsity))
 
 
-def _latencies(generators: dict[str, Generator], prompts: list[str], seeds: list[int],
-               cfg: DeployConfig) -> dict[str, dict]:
+def _latencies(generators: dict, prompts: list[str], seeds: list[int], cfg: DeployConfig,
+               devices: dict[str, torch.device]) -> dict[str, dict]:
     """Median ms per sample at batch 1 and at ``latency_batch``, every variant timed in turn in each
-    round, so that a busy moment of a shared machine does not land on one variant only."""
+    round, so that a busy moment of a shared machine does not land on one variant only. On a GPU the clock
+    stops once the device has finished (kernels run asynchronously)."""
     big = cfg.latency_batch
     batches = {1: (prompts[:1], seeds[:1]),
                big: ((prompts * (big // len(prompts) + 1))[:big], (seeds * (big // len(seeds) + 1))[:big])}
@@ -184,6 +189,8 @@ def _latencies(generators: dict[str, Generator], prompts: list[str], seeds: list
                 torch.set_num_threads(1 if size == 1 else threads)
                 t0 = time.perf_counter()
                 gen.generate(p, s)
+                if devices[kind].type == "cuda":
+                    torch.cuda.synchronize(devices[kind])
                 times[kind][size].append((time.perf_counter() - t0) * 1000 / size)
     torch.set_num_threads(threads)
     return {kind: {"latency_ms_b1": round(statistics.median(t[1]), 4),

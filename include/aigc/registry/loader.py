@@ -29,6 +29,18 @@ def variant_key(version_prefix: str, variant: str) -> str:
     return join(version_prefix, "variants", variant, name)
 
 
+def serving_device(variant: str, device: torch.device) -> torch.device:
+    """Where ``variant`` runs when the worker's device is ``device``: torch variants there; ONNX ones (onnxruntime)
+    on the GPU only with onnxruntime's CUDA provider (onnxruntime-gpu), else on the CPU, which is then what their
+    batch budget and their latency are measured on."""
+    if variant in variants.ONNX_KINDS and device.type == "cuda":
+        import onnxruntime as ort
+
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            return torch.device("cpu")
+    return device
+
+
 def runner_for(card: dict, variant: str, data: bytes, device: torch.device):
     """(runner with ``generate(ids, z)``, vocab, model config, dtype of the latents) from checked bytes."""
     cfg = ModelConfig(**card["model"])

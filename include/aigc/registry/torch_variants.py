@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from aigc.devices import pick_device
 from aigc.lake import Lake
 from aigc.lake.keys import join
 from aigc.registry import variants
@@ -38,7 +39,7 @@ def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dic
     prompts = workload.smoke_prompts(d.smoke_prompts, d.seed)
     seeds = [d.seed + i for i in range(len(prompts))]
     state = load_safetensors(fp32_bytes)
-    device = torch.device("cpu")
+    device = pick_device()  # timed where they will serve: this worker's GPU on the gpu queue
     servings, built, baseline = {}, {}, None
     for kind in ["fp32", *[k for k in kinds if k != "fp32"]]:
         data = fp32_bytes if kind == "fp32" else save_safetensors(variants.encode(kind, state, sparsity=d.sparsity))
@@ -51,8 +52,8 @@ def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dic
         built[kind] = {"variant": kind, "weights": key, "weights_sha256": sha256(data), "size_bytes": len(data),
                        "size_vs_fp32": round(len(data) / len(fp32_bytes), 4), "compute": variants.COMPUTE[kind],
                        **workload.measure_variant(outputs, baseline), "smoke_prompts": len(prompts),
-                       "prompt_seed": d.seed, "threads": torch.get_num_threads()}
-    for kind, timing in _latencies(servings, prompts, seeds, d).items():
+                       "prompt_seed": d.seed, "threads": torch.get_num_threads(), "device": str(device)}
+    for kind, timing in _latencies(servings, prompts, seeds, d, dict.fromkeys(servings, device)).items():
         entry = built[kind]
         entry.update(timing)
         if kind != "fp32":

@@ -45,6 +45,7 @@ def test_every_variant_is_built_measured_and_smaller_where_it_should_be(trained_
     assert variants["fp32"]["pixel_mae_vs_fp32"] == 0
     for entry in variants.values():
         assert entry["latency_ms_b1"] > 0 and entry["latency_ms_b8"] > 0
+        assert entry["device"] == "cpu"  # where it will serve: this machine has no GPU
     assert variants["int8"]["pixel_mae_vs_fp32"] < 10 and variants["onnx"]["pixel_mae_vs_fp32"] < 0.5
     assert "ONNX Runtime" in variants["int8"]["compute"] and "not faster" in variants["pruned"]["compute"]
 
