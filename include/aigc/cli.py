@@ -95,7 +95,9 @@ def cmd_train(args: argparse.Namespace) -> dict | None:
     from aigc.stages import TRAIN
 
     lake = open_lake(args.lake)
-    summary = TRAIN.produce(lake, args.date, cfg, run_id=args.run_id)
+    summary = TRAIN.produce(lake, args.date, cfg, run_id=args.run_id, node_rank=args.node_rank)
+    if args.node_rank:  # node 0 gates and publishes
+        return {"command": "train", **summary, "published": False}
     return {"command": "train", **summary, **_finish(TRAIN, args, lake, cfg, summary)}
 
 
@@ -368,6 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("train", cmd_train, "train the generator under torchrun on the curated window; then gate 2 and publish")
     p.add_argument("--run-id", default=None, help="resume this run from its last checkpoint (default: a new run)")
     p.add_argument("--no-gate", action="store_true", help="stop after training, before gate 2 and publishing")
+    p.add_argument("--node-rank", type=int, default=0, metavar="R",
+                   help="with --nnodes N and no --rdzv-endpoint: this host's node (0 announces the rendezvous "
+                        "through the lake, gates and publishes; 1…N-1 join it); every node uses the same --run-id")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--config-json", default=None, help=argparse.SUPPRESS)
     for section, cls in (("model", ModelConfig), ("train", TrainConfig), ("train_gate", TrainingGateThresholds)):

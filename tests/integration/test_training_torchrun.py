@@ -163,3 +163,23 @@ def test_training_reads_and_writes_an_s3_lake(s3_server):
     assert out.returncode == 0, out.stderr[-3000:]
     assert summary["run_uri"].startswith("s3://") and lake.exists(
         join(training_run_prefix("shapes-cvae", DATE, summary["run_id"]), "model.safetensors"))
+
+
+def test_two_nodes_that_know_only_the_lake_meet_there_and_train_as_one_run(curated_lake):
+    """`aigc train --nnodes 2 --node-rank R` on two "hosts" (two torchrun groups here, one process each): node 0
+    announces its rendezvous in the lake, node 1 finds it there; one run of world size 2; node 0 publishes."""
+    run_id = new_run_id()
+    common = ["--nnodes", "2", "--nproc", "1", "--steps", "20", "--eval-every", "10", "--max-final-val-loss", "0.5",
+              "--run-id", run_id]
+    env = {"AIGC_RDZV_HOST": "127.0.0.1"}
+    joiner = subprocess.Popen([AIGC, "train", "--lake", curated_lake.uri, "--date", DATE, *TINY, *common,
+                               "--node-rank", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **env})  # starts first: it waits for node 0's announcement
+    out, summary = aigc_train(curated_lake.uri, *common, "--node-rank", "0", env=env)
+    joined_out, joined_err = joiner.communicate(timeout=300)
+    assert out.returncode == 0 and joiner.returncode == 0, (out.stdout[-2000:], out.stderr[-1500:], joined_err[-1500:])
+    assert summary["world_size"] == 2 and summary["steps"] == 20 and summary["published"] is True
+    joined = json.loads(joined_out.strip().splitlines()[-1])
+    assert joined["node_rank"] == 1 and joined["published"] is False and joined["run_id"] == run_id
+    announced = curated_lake.get_json(join(training_run_prefix("shapes-cvae", DATE, run_id), "_rendezvous.json"))
+    assert announced["endpoint"].startswith("127.0.0.1:") and joined["rendezvous"] == announced["endpoint"]

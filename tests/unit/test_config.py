@@ -168,10 +168,12 @@ def test_train_config_names_the_bad_field_and_value(field, value, fragment):
         TrainConfig(**{field: value})
 
 
-def test_several_nodes_need_a_rendezvous_endpoint():
-    with pytest.raises(ValueError, match="rdzv_endpoint"):
-        TrainConfig(nnodes="2")
+def test_several_nodes_meet_at_an_endpoint_or_through_the_lake():
     assert TrainConfig(nnodes="2", rdzv_endpoint="10.0.0.1:29400").nnodes == "2"
+    assert TrainConfig(nnodes=3).nnodes == "3" and TrainConfig(nnodes=3).max_nodes == 3  # from the form: a number
+    assert TrainConfig(nnodes="1:4").max_nodes == 4
+    with pytest.raises(ValueError, match="nnodes must be N or MIN:MAX"):
+        TrainConfig(nnodes="0")
 
 
 def test_the_global_batch_must_split_over_ranks_and_accumulation():

@@ -78,7 +78,8 @@ class TrainConfig:
     nnodes: str = "1"
     """torchrun --nnodes: a count or a MIN:MAX range (elastic)."""
     rdzv_endpoint: str = ""
-    """host:port of the c10d rendezvous for several nodes; empty: a single node (--standalone)."""
+    """host:port of the c10d rendezvous for several nodes; empty: one node (--standalone), or for several, node 0
+    announces its own through the lake and the others find it there (``aigc.train.rendezvous``)."""
     threads: int = 0
     """Intra-op threads per process; 0 shares the CPU cores among the local processes."""
     timeout_s: int = 6 * 3600
@@ -107,10 +108,14 @@ class TrainConfig:
         _check_range(self, "nproc", 0, 1024)
         _check_range(self, "threads", 0, 1024)
         _check_range(self, "timeout_s", 1, 30 * 86400)
+        object.__setattr__(self, "nnodes", str(self.nnodes))  # the form gives a number
         if not all(p.isdigit() and int(p) >= 1 for p in self.nnodes.split(":", 1)):
             raise ValueError(f"TrainConfig.nnodes must be N or MIN:MAX with N ≥ 1, got {self.nnodes!r}")
-        if self.nnodes != "1" and not self.rdzv_endpoint:
-            raise ValueError(f"TrainConfig.nnodes={self.nnodes!r} needs rdzv_endpoint (host:port of the rendezvous)")
+
+    @property
+    def max_nodes(self) -> int:
+        """The node count (the upper bound of MIN:MAX): how many node tasks the DAG starts."""
+        return int(self.nnodes.split(":")[-1])
 
     def micro_batch(self, world_size: int) -> int:
         """Samples per rank per micro-step; the global batch must split evenly."""

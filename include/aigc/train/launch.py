@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from aigc.config import PipelineConfig
@@ -25,21 +26,26 @@ from aigc.lake.keys import join, parse_date, validate_run_id
 from aigc.lake.publish import new_run_id
 from aigc.procs import available_cpus
 from aigc.train.artifacts import SUMMARY, training_run_prefix
+from aigc.train.rendezvous import announce, await_endpoint, rendezvous_key
 
 log = logging.getLogger(__name__)
+RENDEZVOUS_WAIT_S = 30 * 60  # how long another node waits for node 0's task to start (a queue, a pool slot)
+SUMMARY_WAIT_S = 120
 
 
 class TrainingFailed(RuntimeError):
     """torchrun exited non-zero, or training ended without writing its summary."""
 
 
-def torchrun_command(cfg: PipelineConfig, *, lake_uri: str, date: str, run_id: str) -> list[str]:
+def torchrun_command(cfg: PipelineConfig, *, lake_uri: str, date: str, run_id: str,
+                     endpoint: str | None = None) -> list[str]:
+    """``endpoint``: the rendezvous found through the lake (several nodes without ``rdzv_endpoint``)."""
     t = cfg.train
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={processes_per_node(t.nproc)}",
            f"--nnodes={t.nnodes}",
            "--max-restarts=0"]  # restarts belong to the orchestrator (task retries), which resume from checkpoints
-    if t.rdzv_endpoint:
-        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={t.rdzv_endpoint}", f"--rdzv-id={run_id}"]
+    if endpoint or t.rdzv_endpoint:
+        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint or t.rdzv_endpoint}", f"--rdzv-id={run_id}"]
     else:
         cmd += ["--standalone"]
     return cmd + ["-m", "aigc", "train", "--worker", "--lake", lake_uri, "--date", date, "--run-id", run_id,
@@ -81,11 +87,23 @@ def kill_process_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 def run_training(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id: str | None = None,
                  env: dict[str, str] | None = None, on_line: Callable[[str], None] | None = None,
-                 on_start: Callable[[subprocess.Popen], None] | None = None) -> dict:
-    """Train under torchrun and return the run's summary; a run id that has checkpoints resumes."""
+                 on_start: Callable[[subprocess.Popen], None] | None = None, node_rank: int = 0) -> dict:
+    """Train under torchrun and return the run's summary; a run id that has checkpoints resumes.
+
+    Several nodes without ``rdzv_endpoint`` meet through the lake (``aigc.train.rendezvous``): node 0 announces
+    its endpoint, ``node_rank`` > 0 waits for it, joins, and returns a short record of its part (node 0 returns
+    the summary, which gate 2 reads)."""
     date = parse_date(date).isoformat()
     run_id = validate_run_id(run_id or new_run_id())
-    cmd = torchrun_command(cfg, lake_uri=lake.uri, date=date, run_id=run_id)
+    if not 0 <= node_rank < cfg.train.max_nodes:
+        raise ValueError(f"node rank {node_rank} is not one of the {cfg.train.max_nodes} node(s) of "
+                         f"TrainConfig.nnodes={cfg.train.nnodes!r}")
+    endpoint = None
+    if cfg.train.nnodes != "1" and not cfg.train.rdzv_endpoint:
+        key = rendezvous_key(cfg.model.name, date, run_id)
+        endpoint = announce(lake, key) if node_rank == 0 else await_endpoint(lake, key, RENDEZVOUS_WAIT_S)
+        log.info("node %d: rendezvous at %s (through %s)", node_rank, endpoint, lake.url(key))
+    cmd = torchrun_command(cfg, lake_uri=lake.uri, date=date, run_id=run_id, endpoint=endpoint)
     log.info("training run %s: %s", run_id, " ".join(cmd[:8]) + " …")
     on_line = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
@@ -117,14 +135,20 @@ def run_training(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id
             kill_process_group(proc)
         reader.join(timeout=5)
     summary_key = join(training_run_prefix(cfg.model.name, date, run_id), SUMMARY)
+    if code == 0 and node_rank:
+        return {"node_rank": node_rank, "run_id": run_id, "date": date, "rendezvous": endpoint}
     if code != 0:
         what = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
         # A worker's own one-line `error:` says what went wrong; torchrun's report only says that it did.
         causes = sorted({line for line in errors}) or tail[-12:]
         raise TrainingFailed(f"torchrun for training run {run_id} failed ({what}):\n" + "\n".join(causes)
                              + f"\na retry with run id {run_id} resumes from its last checkpoint")
-    if not lake.exists(summary_key):
-        raise TrainingFailed(f"training run {run_id} ended without {lake.url(summary_key)}")
+    # Global rank 0, which writes the summary, may live on another node that finishes a moment later.
+    deadline = time.monotonic() + (SUMMARY_WAIT_S if endpoint else 0)
+    while not lake.exists(summary_key):
+        if time.monotonic() >= deadline:
+            raise TrainingFailed(f"training run {run_id} ended without {lake.url(summary_key)}")
+        time.sleep(1.0)
     return lake.get_json(summary_key)
 
 
