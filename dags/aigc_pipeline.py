@@ -2,8 +2,10 @@
 
     claim_partition (setup: this run's lease on the date; another run of the date waits here)
     stage 1  choose_drop ─┬─ make_demo_drop ─┐
-                          └─ wait_for_drop ──┴─ prepare ── gate_curated ── publish_curated
-    stage 2  train (torchrun) ── gate_training ── publish_model
+                          └─ wait_for_drop ──┴─ plan_drop ── prepare_part × N (mapped) ── merge_parts ── gate_curated
+                                                 ── publish_curated
+    stage 2  training_nodes ─┬─ train (torchrun, node 0) ── gate_training ── publish_model
+                             └─ train_node × (nodes − 1) (mapped: the other nodes, joining through the lake)
     stage 3  register_model (alias candidate) ── build_variants ── gate_deploy
     stage 4  plan_generation ── generate_shard × N (mapped) ── finish_generation ── gate_generate ── route_content
              ─┬─ hand_off_for_evaluation (a candidate: this run's model)

@@ -1,7 +1,8 @@
 """aigc_prepare (stage 1): nightly, one partition per logical date; the DAG to backfill.
 
     claim_partition ── choose_drop ─┬─ make_demo_drop ─┐
-                                    └─ wait_for_drop ──┴─ prepare ── gate_curated ── publish_curated ── release
+                                    └─ wait_for_drop ──┴─ plan_drop ── prepare_part × N (mapped over the
+    drop's parts) ── merge_parts ── gate_curated ── publish_curated ── release
 publish_curated updates the asset aigc_curated_shapes, which starts aigc_train, except in a backfill:
 `airflow backfill create --dag-id aigc_prepare` re-curates a range of dates and trains nothing.
 """

@@ -1,6 +1,8 @@
 """aigc_train (stage 2): runs when a curated partition is published; trains on the window ending at its date.
 
-    wanted ── claim_partition ── train (torchrun) ── gate_training ── publish_model ── release
+    wanted ── claim_partition ── training_nodes ─┬─ train (torchrun, node 0) ── gate_training ── publish_model
+                                                └─ train_node × (nodes − 1), mapped: the other nodes
+    ── release
 publish_model updates aigc_model_candidate, which starts aigc_deploy. Started by a backfill's or by
 aigc_pipeline's publication, it does nothing (``wanted``). Retrain on a window by hand: trigger it with a
 logical date and the window's length (window_days).

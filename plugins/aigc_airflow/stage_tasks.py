@@ -251,13 +251,25 @@ def train_tasks():
             context, cfg, lake, _date = run_config()
             return announced(context, TRAIN.publish(lake, cfg, trained))
 
+        @task
+        def training_nodes() -> list[int]:
+            """Nodes 1…N-1 of the form's "Training nodes" (none for one node): each a ``train_node`` task."""
+            _context, cfg, _lake, _date = run_config(hold=False)
+            return list(range(1, cfg.train.max_nodes))
+
         # A GPU worker serves queue "gpu" in the distributed set-up; with one local worker every queue is served.
+        # Node 0 trains here, announces the rendezvous and hands its summary to gate 2; the other nodes, mapped,
+        # start beside it on other workers and join (all at once: the gpu pool needs a slot per node).
+        nodes = training_nodes()
         trained = DistributedTrainOperator(task_id="train", queue=GPU_QUEUE, pool=GPU_POOL,
                                            execution_timeout=task_timeout("train"))
+        nodes >> trained
+        joined = DistributedTrainOperator.partial(task_id="train_node", queue=GPU_QUEUE, pool=GPU_POOL,
+                                         execution_timeout=task_timeout("train_node")).expand(node_rank=nodes)
         gate = QualityGateOperator(task_id="gate_training", gate="training", prepared=trained.output)
         published = publish_model(trained.output)
         gate >> published
-    return Ends(trained, published)
+    return Ends(nodes, published, (joined,))
 
 
 # -- stage 3 -------------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ class DistributedTrainOperator(BaseOperator):
     """Train the generator under torchrun with the run's configuration (``train`` section of the params).
 
     Processes per node, node count and rendezvous come from the configuration, so the same task
-    runs one CPU process on a laptop, every GPU of a worker (``queue="gpu"``), or several hosts.
+    runs one CPU process on a laptop, every GPU of a worker (``queue="gpu"``), or one node of several: the DAG
+    maps ``train_node`` tasks over nodes 1…N-1 beside ``train`` (node 0), and they meet through the lake.
     A non-zero exit fails the task with the worker's own error line; ``on_kill`` (a timeout, a
     user marking the task failed) stops torchrun and every worker with it. Returns the summary
     of the run (a small dict: URIs and numbers) for gate 2.
@@ -34,8 +35,11 @@ class DistributedTrainOperator(BaseOperator):
 
     ui_color = "#fde9d9"
 
-    def __init__(self, **kwargs):
+    def __init__(self, node_rank: int = 0, **kwargs):
         super().__init__(**kwargs)
+        self.node_rank = node_rank
+        """0: the task that announces the rendezvous and returns the summary gate 2 reads; 1…N-1: the mapped
+        ``train_node`` tasks that join it (several nodes: the form's "Training nodes")."""
         self._proc: subprocess.Popen | None = None
 
     def execute(self, context) -> dict:
@@ -46,10 +50,10 @@ class DistributedTrainOperator(BaseOperator):
         hold_partition_or_fail(context, lake)
         cfg = pipeline_config(run_params(context))
         run_id = training_run_id(context, cfg)
-        self.log.info("training run %s: %s process(es) per node × %s node(s)", run_id,
-                      processes_per_node(cfg.train.nproc), cfg.train.nnodes)
+        self.log.info("training run %s: %s process(es) per node × %s node(s), this is node %d", run_id,
+                      processes_per_node(cfg.train.nproc), cfg.train.nnodes, self.node_rank)
         return TRAIN.produce(lake, partition_date(context), cfg, run_id=run_id, env=lake_env(),
-                             on_line=self.log.info, on_start=self._started)
+                             on_line=self.log.info, on_start=self._started, node_rank=self.node_rank)
 
     def _started(self, proc: subprocess.Popen) -> None:
         self._proc = proc

@@ -46,8 +46,9 @@ def test_every_task_has_an_owner_retries_and_a_timeout_within_the_date_lease(dag
             assert task.execution_timeout is not None and task.execution_timeout < longest, where
             assert task.max_retry_delay <= MAX_RETRY_DELAY, where
     gpu = {(d.dag_id, t.task_id) for d in dagbag.dags.values() for t in d.tasks if t.pool == "gpu"}
-    assert gpu == {("aigc_pipeline", "train"), ("aigc_pipeline", "build_variants"), ("aigc_pipeline", "generate_shard"),
-                   ("aigc_train", "train"), ("aigc_deploy", "build_variants"), ("aigc_generate", "generate_shard")}
+    assert gpu == {("aigc_pipeline", "train"), ("aigc_pipeline", "train_node"), ("aigc_pipeline", "build_variants"),
+                   ("aigc_pipeline", "generate_shard"), ("aigc_train", "train"), ("aigc_train", "train_node"),
+                   ("aigc_deploy", "build_variants"), ("aigc_generate", "generate_shard")}
 
 
 def test_the_stage_dags_form_one_chain_linked_by_assets(dagbag):
@@ -111,7 +112,7 @@ def test_each_stage_is_defined_once_and_the_pipeline_runs_them_all_in_order(dagb
     assert set().union(*tasks.values()) == {t.task_id for t in pipeline.tasks} - LEASE
     down = downstream(pipeline)
     assert down["claim_partition"] == {"choose_drop", "release_partition"}
-    assert down["publish_curated"] == {"train"}
+    assert down["publish_curated"] == {"training_nodes"}
     assert down["publish_model"] == {"register_model"}
     assert down["gate_deploy"] == {"plan_generation"}
     assert down["hand_off_for_evaluation"] == {"find_generation"}
@@ -134,9 +135,11 @@ def test_stage_one_is_wired_drop_plan_mapped_parts_merge_gate_publish(dagbag):
 def test_stage_two_trains_then_gates_then_hands_off(dagbag):
     dag = dagbag.dags["aigc_train"]
     down = downstream(dag)
-    assert down["train"] == {"gate_training", "publish_model"}
-    assert down["gate_training"] == {"publish_model"}
+    assert down["training_nodes"] == {"train", "train_node"}  # node 0 and the others start together
+    assert down["train"] == {"gate_training", "publish_model"}  # node 0's summary is what gate 2 reads
+    assert down["gate_training"] == {"publish_model"} and down["train_node"] == {"release_partition"}
     assert type(dag.get_task("train")).__name__ == "DistributedTrainOperator"
+    assert type(dag.get_task("train_node")).__name__.endswith("MappedOperator")  # over nodes 1…N-1
 
 
 def test_stage_three_registers_builds_variants_then_smoke_tests(dagbag):

@@ -74,6 +74,9 @@ FORM: tuple[FormField, ...] = (
     FormField("nproc", "Training processes per node", "train", "integer", ("train", "nproc"), TRAINING, minimum=0,
               maximum=64, description="torchrun --nproc-per-node: 0 for one per visible GPU (2 on a host without "
                                       "GPUs)."),
+    FormField("nnodes", "Training nodes", "train", "integer", ("train", "nnodes"), TRAINING, minimum=1, maximum=64,
+              description="Hosts training together: node 0 is the train task, the others mapped train_node tasks "
+                          "on other workers, meeting through the lake (the gpu pool needs a slot per node)."),
     FormField("precision", "Training precision", "train", "string", ("train", "precision"), TRAINING,
               enum=("auto", "fp32", "bf16", "fp16"), description="auto: bf16 on a GPU that has it, else fp32."),
     FormField("max_final_val_loss", "Gate 2: maximum final validation loss", "train", "number",

@@ -16,6 +16,7 @@ DEFAULT_TASK_TIMEOUT = dt.timedelta(hours=1)
 """execution_timeout of every task not named in TASK_TIMEOUTS (gates, publishes, planning: minutes)."""
 TASK_TIMEOUTS = {
     "train": dt.timedelta(hours=8),
+    "train_node": dt.timedelta(hours=8),
     "generate_shard": dt.timedelta(hours=2),
     "evaluate": dt.timedelta(hours=3),
     "build_variants": dt.timedelta(hours=2),
