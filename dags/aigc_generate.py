@@ -5,6 +5,7 @@ prompts/<dataset>/dt=<date>/prompts.jsonl (a watcher claims it; the production m
 (choose the model alias and a prompt file's URI).
 
     wanted ── claim_partition ── plan_generation ── generate_shard × N ── finish_generation ── gate_generate
+                                                 └─ generate_shard_cpu × N ─┘  (a variant that serves on the CPU)
       ── route_content ─┬─ publish_generations (production: the content is published after gate 4)
                         └─ hand_off_for_evaluation (a candidate: aigc_evaluate judges it, then publishes)
     release_partition

@@ -7,7 +7,8 @@
     stage 2  training_nodes ─┬─ train (torchrun, node 0) ── gate_training ── publish_model
                              └─ train_node × (nodes − 1) (mapped: the other nodes, joining through the lake)
     stage 3  register_model (alias candidate) ── build_variants ── gate_deploy
-    stage 4  plan_generation ── generate_shard × N (mapped) ── finish_generation ── gate_generate ── route_content
+    stage 4  plan_generation ── generate_shard × N (mapped; GPU queue, or generate_shard_cpu for a variant that
+             serves on the CPU) ── finish_generation ── gate_generate ── route_content
              ─┬─ hand_off_for_evaluation (a candidate: this run's model)
               └─ publish_generations (production only: skipped here)
     stage 5  find_generation ── evaluate ── gate_evaluation ── publish_content (production → this version)

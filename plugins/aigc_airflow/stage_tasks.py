@@ -41,6 +41,9 @@ GPU_QUEUE = os.environ.get("AIGC_GPU_QUEUE", "default")
 # …and take a slot of this pool (one slot per GPU: `airflow pools set gpu <n> …`, made by `make install`, the
 # compose file's airflow-init and the test deployments), so they wait their turn instead of sharing a device.
 GPU_POOL = os.environ.get("AIGC_GPU_POOL", "gpu")
+# Generation with a variant that runs on the CPU goes here, in Airflow's default pool.
+CPU_QUEUE = os.environ.get("AIGC_CPU_QUEUE", "default")
+CPU_POOL = "default_pool"
 # How long a run waits for another run of its date to finish: past the lease's expiry.
 PARTITION_WAIT = DATE_LEASE_TTL + timedelta(hours=1)
 STAGE_ORDER = ("prepare", "train", "deploy", "generate", "evaluate")
@@ -381,8 +384,10 @@ def generate_tasks():
             return plan
 
         @task
-        def shards_of(plan: dict) -> list[dict]:
-            return plan["shards"]  # mapping needs a list-valued XCom of its own
+        def shards_of(plan: dict, serves_on: str) -> list[dict]:
+            """The plan's shards if its variant serves on ``serves_on`` ("gpu" or "cpu"), else none (that mapped task
+            is then skipped): mapping needs a list-valued XCom of its own."""
+            return plan["shards"] if plan.get("serves_on", "gpu") == serves_on else []
 
         @task(queue=GPU_QUEUE, pool=GPU_POOL, retries=3, max_active_tis_per_dagrun=4,
               execution_timeout=task_timeout("generate_shard"))
@@ -393,8 +398,9 @@ def generate_tasks():
             entry = GENERATE.shard(lake, plan, shard, cfg)
             return {k: entry[k] for k in ("shard", "rows", "generated", "refused", "cached")}
 
-        @task
-        def finish_generation(plan: dict, _shards: list) -> dict:
+        # none_failed: one of the two mapped tasks is skipped (no shards of its kind), the other must succeed.
+        @task(trigger_rule="none_failed")
+        def finish_generation(plan: dict) -> dict:
             from aigc.stages import GENERATE
 
             _context, cfg, lake, _date = run_config()
@@ -419,8 +425,13 @@ def generate_tasks():
             return announced(get_current_context(), generated)
 
         plan = plan_generation()
-        shards = generate_shard.partial(plan=plan).expand(shard=shards_of(plan))
-        finished = finish_generation(plan, shards)
+        # A variant that serves on the CPU (ONNX Runtime without its CUDA provider: int8 by default) generates on the
+        # CPU queue, not in a GPU slot it would leave idle; the others on the GPU queue. Same code, two queues.
+        on_gpu = generate_shard.partial(plan=plan).expand(shard=shards_of.override(task_id="gpu_shards")(plan, "gpu"))
+        on_cpu = generate_shard.override(task_id="generate_shard_cpu", queue=CPU_QUEUE, pool=CPU_POOL).partial(
+            plan=plan).expand(shard=shards_of.override(task_id="cpu_shards")(plan, "cpu"))
+        finished = finish_generation(plan)
+        [on_gpu, on_cpu] >> finished
         gate = QualityGateOperator(task_id="gate_generate", gate="generate", prepared=finished)
         handed, published = hand_off_for_evaluation(finished), publish_generations(finished)
         gate >> route_content(finished) >> [published, handed]

@@ -151,12 +151,18 @@ def test_stage_three_registers_builds_variants_then_smoke_tests(dagbag):
 def test_stage_four_fans_out_generation_then_publishes_production_or_hands_a_candidate_on(dagbag):
     dag = dagbag.dags["aigc_generate"]
     down = downstream(dag)
-    assert down["plan_generation"] >= {"shards_of", "generate_shard", "finish_generation"}
-    assert down["generate_shard"] == {"finish_generation"}
+    assert down["plan_generation"] >= {"gpu_shards", "cpu_shards", "generate_shard", "generate_shard_cpu",
+                                       "finish_generation"}
+    assert down["generate_shard"] == down["generate_shard_cpu"] == {"finish_generation"}
     assert down["finish_generation"] >= {"gate_generate", "route_content"}
+    # One of the two mapped tasks is skipped (its variant serves elsewhere): finishing waits for the other only.
+    assert dag.get_task("finish_generation").trigger_rule == "none_failed"
+    cpu = dag.get_task("generate_shard_cpu")
+    assert (cpu.queue, cpu.pool, cpu.retries) == ("default", "default_pool", 3)
     assert down["gate_generate"] == {"route_content"}
     assert down["route_content"] == {"publish_generations", "hand_off_for_evaluation"}
-    assert type(dag.get_task("generate_shard")).__name__.endswith("MappedOperator")
+    for mapped in ("generate_shard", "generate_shard_cpu"):
+        assert type(dag.get_task(mapped)).__name__.endswith("MappedOperator"), mapped
 
 
 def test_stage_five_evaluates_gates_then_publishes_and_promotes(dagbag):

@@ -204,7 +204,9 @@ def test_training_after_the_backfill_uses_its_window_with_gpu_tasks_on_the_gpu_q
     """One all-stages run of the last date, three days' window: it trains on the backfilled partitions, its
     training, its variants' timing and its generation shards on the gpu worker, everything else on the default
     one."""
-    run_id = celery_stack.trigger({**SMOKE_CONF, "window_days": 3}, logical_date=f"{DATES[-1]}T00:00:00Z")
+    # fp32, a torch variant: its shards take the GPU queue (int8, the default, serves on the CPU and would not).
+    run_id = celery_stack.trigger({**SMOKE_CONF, "window_days": 3, "variant": "fp32"},
+                                  logical_date=f"{DATES[-1]}T00:00:00Z")
     state = celery_stack.wait_for_runs([run_id], timeout=1200)[run_id]
     assert state == "success", f"{run_id} ended {state}; logs in {celery_stack.logs}"
     # Every run on the stack (the nightly chain of yesterday included) finished: count where each task ran.
@@ -220,6 +222,8 @@ def test_training_after_the_backfill_uses_its_window_with_gpu_tasks_on_the_gpu_q
                                       (celery_stack.logs / f"celery-worker-{queue}.log").read_text()))
                 for queue in ("default", "gpu")}
     ours = [t for t in celery_stack.task_instances(run_id) if t["task_id"] in GPU_TASKS]
+    skipped = {t["task_id"] for t in celery_stack.task_instances(run_id) if t["state"] == "skipped"}
+    assert "generate_shard_cpu" in skipped and "generate_shard" not in skipped
     assert len(ours) == 4 and received["gpu"] == sum(1 for t in tis if t["task_id"] in GPU_TASKS), received
     assert received["default"] >= len(tis) - received["gpu"], received
     lake = open_lake(celery_stack.lake_uri)

@@ -126,9 +126,10 @@ def test_dag_prepares_a_producers_drop_on_s3_through_the_airflow_connection_as_m
     assert rc == 0, log[-4000:]
     # `make demo`'s console: a line as each task starts and ends, training's progress, the gates' verdicts.
     shown = console.getvalue()
-    for task in ("wait_for_drop", "prepare_part[0]", "merge_parts", "train", "gate_training", "generate_shard[1]",
-                 "evaluate", "publish_content"):
+    for task in ("wait_for_drop", "prepare_part[0]", "merge_parts", "train", "gate_training",
+                 "generate_shard_cpu[1]", "evaluate", "publish_content"):
         assert f"▶ {task}\n" in shown and f"✔ {task} success (" in shown, (task, shown)
+    assert "▶ generate_shard[" not in shown  # int8 serves on the CPU: no shard took a GPU slot
     assert "step 40/40" in shown and "gate evaluation: PASS" in shown
     assert len(shown.splitlines()) < 120  # the few lines a person watches, not the task log
     assert "state=success" in log

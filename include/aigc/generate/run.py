@@ -93,7 +93,18 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run
     n = len(load_prompts(lake, key, g))
     return {"stage": "plan-generation", "date": date.isoformat(), "run_id": run_id, "model": cfg.model.name,
             "model_ref": ref, "version": record["version"], "variant": g.variant, "prompts": n, "prompts_key": key,
+            "serves_on": serves_on(g.variant, record),
             "shards": [{"shard": k, "lo": lo, "hi": hi} for k, (lo, hi) in enumerate(shard_ranges(n, g.shards))]}
+
+
+def serves_on(variant: str, record: dict) -> str:
+    """Which kind of worker a variant's shards belong on: "cpu" for an ONNX variant that gate 3 timed on the CPU
+    (``variant.json``'s device: the GPU worker that built it had no onnxruntime CUDA provider, so it would hold a
+    GPU slot and leave the GPU idle), else "gpu" (torch variants take the worker's GPU when it has one)."""
+    from aigc.registry.variants import ONNX_KINDS
+
+    device = str(((record.get("variants") or {}).get(variant) or {}).get("device", "cpu"))
+    return "cpu" if variant in ONNX_KINDS and not device.startswith("cuda") else "gpu"
 
 
 def cache_key(version: str, variant: str, prompt: str, seed: int, resolution: int) -> str:

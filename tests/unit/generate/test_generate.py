@@ -159,3 +159,21 @@ def test_a_dropped_prompt_file_wins_over_the_demo_set(deployed_lake):
     deployed_lake.put_bytes(prompts_key("shapes", DATE), b'{"prompt_id": "mine", "prompt": "a red circle"}\n')
     plan, _, summary = run_all(deployed_lake, config(prompts=12, shards=1))
     assert plan["prompts_key"] == prompts_key("shapes", DATE) and summary["rows"] == 1
+
+
+
+def test_the_plan_sends_a_variant_that_serves_on_the_cpu_to_the_cpu_queue(deployed_lake, demo_model_template):
+    """int8 (ONNX Runtime) built where there is no CUDA provider serves on the CPU: its shards go to the CPU queue.
+    Torch variants take a GPU wherever the worker has one."""
+    from aigc.lake import LocalLake
+    from aigc.registry import Registry
+
+    plan = gen_run.plan_generation(deployed_lake, DATE, config(variant="fp32"), demo_prompts=True)
+    assert plan["serves_on"] == "gpu"
+    record = Registry(LocalLake(demo_model_template), "shapes-cvae").get("v0001")  # every variant built
+    assert {k: v["device"] for k, v in record["variants"].items() if k in ("fp32", "int8")} == \
+        {"fp32": "cpu", "int8": "cpu"}  # this machine has no GPU: gate 3 timed both on the CPU
+    assert (gen_run.serves_on("int8", record), gen_run.serves_on("fp32", record)) == ("cpu", "gpu")
+    # Built on a GPU worker with onnxruntime's CUDA provider, int8 would serve there.
+    on_gpu = {**record, "variants": {**record["variants"], "int8": {**record["variants"]["int8"], "device": "cuda:0"}}}
+    assert gen_run.serves_on("int8", on_gpu) == "gpu"
