@@ -1,7 +1,7 @@
 """Deduplication across a drop: ids, exact content, and near-duplicates.
 
 The first record wins, in drop order, so results are deterministic. The indexes keep a few
-compact keys per curated record (a 16-byte content digest, 16 bytes per LSH band, the MinHash
+compact keys per curated record (a 16-byte content digest, up to 18 bytes per LSH band, the MinHash
 signature, a 192-byte thumbnail and its 24-byte quadrant sums): memory grows with the number of
 curated rows, never with their bytes, and each row's work is bounded (``BandIndex``), never a
 function of how many rows came before it.
@@ -119,7 +119,7 @@ class NearDedup:
         sigs = sigs.astype(np.uint16)  # 16 bits a position: a chance agreement is 1 in 65,536, half the memory
         mine = _Rows(thumbs, thumbs @ _QUADRANT_SUMS, sigs)  # sums: (n, 12) int16
         # Against the index: each row's candidates (at most per_bucket a band), `owner` saying whose.
-        owner, idx = self._lsh.query(keys)
+        owner, idx, full = self._lsh.query(keys, full=True)
         self.candidates += len(idx)
         first_kept = self._earliest_hits(owner, idx, mine)
         # Inside the batch: pairs (i < j) that share a band, confirmed the same way. No cap here (a batch is at most
@@ -134,7 +134,7 @@ class NearDedup:
         partners: dict[int, list[tuple[int, int, float]]] = {}
         for i, j, distance, similarity in self._confirmed(later, earlier, mine, mine):
             partners.setdefault(j, []).append((i, distance, similarity))  # ascending i: nonzero is row-major
-        return NearScreen(self, rows, first_kept, partners, mine, keys)
+        return NearScreen(self, rows, first_kept, partners, mine, keys, full)
 
     def add_many(self, rows: list[dict]) -> None:
         """Rows known to be kept, without screening them against each other (a published date's)."""
@@ -148,9 +148,9 @@ class NearDedup:
         kept = screened.kept
         mine = screened.mine
         self._append(_Rows(mine.thumbs[kept], mine.sums[kept], mine.sigs[kept]), screened.keys[kept],
-                     [screened.rows[j]["id"] for j in kept])
+                     [screened.rows[j]["id"] for j in kept], screened.full[kept])
 
-    def _append(self, rows: _Rows, keys: np.ndarray, ids: list[str]) -> None:
+    def _append(self, rows: _Rows, keys: np.ndarray, ids: list[str], full: np.ndarray | None = None) -> None:
         n, k = len(self._ids), len(ids)
         while n + k > len(self._thumbs):
             self._thumbs = np.concatenate([self._thumbs, np.empty_like(self._thumbs)])
@@ -160,7 +160,7 @@ class NearDedup:
         self._sums[n : n + k] = rows.sums
         self._sigs[n : n + k] = rows.sigs
         self._ids += ids
-        self._lsh.insert(keys, np.arange(n, n + k))
+        self._lsh.insert(keys, np.arange(n, n + k), full)
 
     def _confirmed(self, owner: np.ndarray, idx: np.ndarray, mine: _Rows,
                    other: _Rows) -> list[tuple[int, int, int, float]]:
@@ -168,17 +168,19 @@ class NearDedup:
         and within the image distance."""
         if not len(idx):
             return []
-        agree = np.count_nonzero(other.sigs.take(idx, axis=0) == mine.sigs.take(owner, axis=0), axis=1)
-        similar = agree >= self._min_agree
-        owner, idx, agree = owner[similar], idx[similar], agree[similar]
-        if not len(idx):
-            return []
-        # (12, pairs): transposed, the max over the 12 sums is 12 vectorised steps. (`take` is
-        # far cheaper than fancy indexing.)
+        # The cheapest test first: 24 bytes of quadrant sums a pair rule out most candidates (renders of one
+        # caption in other places or sizes share LSH buckets), before 256 bytes of signature a pair are gathered.
+        # Every test must pass, so their order changes no verdict. (12, pairs): transposed, the max over the 12
+        # sums is 12 vectorised steps; `take` is far cheaper than fancy indexing.
         gaps = other.sums.take(idx, axis=0).T.copy()
         gaps -= mine.sums.take(owner, axis=0).T
         close = np.abs(gaps, out=gaps).max(axis=0) <= self._max_sum_distance
-        owner, idx, agree = owner[close], idx[close], agree[close]
+        owner, idx = owner[close], idx[close]
+        if not len(idx):
+            return []
+        agree = np.count_nonzero(other.sigs.take(idx, axis=0) == mine.sigs.take(owner, axis=0), axis=1)
+        similar = agree >= self._min_agree
+        owner, idx, agree = owner[similar], idx[similar], agree[similar]
         if not len(idx):
             return []
         a, b = other.thumbs.take(idx, axis=0), mine.thumbs.take(owner, axis=0)  # uint8: |a − b| without widening
@@ -220,8 +222,8 @@ class NearScreen:
     """A batch's near-duplicate verdicts, taken in drop order as the caller keeps rows."""
 
     def __init__(self, index: NearDedup, rows: list[dict], first_kept: dict, partners: dict, mine: _Rows,
-                 keys: np.ndarray) -> None:
-        self.index, self.rows, self.mine, self.keys = index, rows, mine, keys
+                 keys: np.ndarray, full: np.ndarray) -> None:
+        self.index, self.rows, self.mine, self.keys, self.full = index, rows, mine, keys, full  # full: (n, bands)
         self._first_kept, self._partners = first_kept, partners
         self.kept: list[int] = []
         self._is_kept = [False] * len(rows)

@@ -12,6 +12,7 @@ import zlib
 from functools import lru_cache
 
 import numpy as np
+import pandas as pd
 
 _PRIME = (1 << 31) - 1  # Mersenne prime: (a·x + b) stays below 2⁶² in uint64, no overflow
 _SEED = 1  # fixed, so every process (and every run) draws the same permutations
@@ -82,7 +83,8 @@ class BandIndex:
     Work per query row is bounded: a bucket (one band's key) yields at most ``per_bucket`` of its members, the
     earliest kept, so a drop where thousands of rows look alike costs each row at most ``bands · per_bucket``
     candidates instead of a number that grows with the drop (the earliest members are the ones the first-wins
-    rule would name anyway). Memory is 16 bytes per (row, band): sorted numpy runs of (key, row), merged like a
+    rule would name anyway), and a full bucket takes no more entries (``insert``'s ``full``). Memory is at most 18
+    bytes per (row, band): sorted numpy runs of (key, row) and a large run's key filter, merged like a
     binary counter (a log-structured merge), so a lookup is a few ``searchsorted`` calls for a whole batch and
     nothing is held per row in Python objects.
     """
@@ -92,18 +94,24 @@ class BandIndex:
         self.per_bucket = per_bucket
         # Band b's key k is stored as k ^ salt[b]: one key space for all bands, one sorted array per run.
         self._salt = (np.arange(self.bands, dtype=np.uint64) + np.uint64(1)) * np.uint64(0xBF58476D1CE4E5B9)
-        self._runs: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted keys, their rows), older runs first
+        self._runs: list[_Run] = []  # older runs first
+        self._stored = 0  # rows inserted
 
     def __len__(self) -> int:
-        return sum(len(keys) for keys, _ in self._runs) // self.bands
+        return self._stored
 
     @property
     def nbytes(self) -> int:
-        return sum(keys.nbytes + rows.nbytes for keys, rows in self._runs)
+        return sum(run.nbytes for run in self._runs)
 
-    def query(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def query(self, keys: np.ndarray, *, full: bool = False):
         """(owner, candidate): each distinct pair of a query row (its index in ``keys``, shape (n, bands)) and a
-        stored row sharing a band with it, at most ``per_bucket`` stored rows per band of a query row."""
+        stored row sharing a band with it, at most ``per_bucket`` stored rows per band of a query row, in no
+        particular order.
+
+        With ``full=True`` also (n, bands) bools: which of the query's buckets already hold ``per_bucket`` rows.
+        Pass them to ``insert`` for the same rows: a row's entry in a full bucket can never be returned (a query
+        takes the earliest), so it is not stored, and crowded buckets stop growing the index."""
         salted = (np.asarray(keys, dtype=np.uint64).reshape(-1, self.bands) ^ self._salt).ravel()
         # Sorted needles: each binary search starts near the last one's answer, a third of the cost of searching
         # in query order once the runs outgrow the CPU's caches. Everything below is in that sorted order.
@@ -111,43 +119,110 @@ class BandIndex:
         needles, owner_of = salted[order], order // self.bands
         owners, found = [], []
         room = np.full(len(needles), self.per_bucket, dtype=np.int64)  # per (row, band), across runs
-        for run_keys, run_rows in self._runs:
-            lo = np.searchsorted(run_keys, needles, side="left")
-            present = np.zeros(len(needles), dtype=bool)
-            inside = np.flatnonzero(lo < len(run_keys))
-            present[inside] = run_keys[lo[inside]] == needles[inside]
-            hits = np.flatnonzero(present & (room > 0))
+        for run in self._runs:
+            run_keys = run.keys
+            # Most needles are in no run or one: the run's filter rules most of them out with one read each, and
+            # only the rest pay a binary search (a dozen reads, most of them cache misses in a large run).
+            maybe = run.may_hold(needles)
+            lo = np.searchsorted(run_keys, needles[maybe], side="left")
+            inside = lo < len(run_keys)
+            present = np.zeros(len(lo), dtype=bool)
+            present[inside] = run_keys[lo[inside]] == needles[maybe][inside]
+            keep = present & (room[maybe] > 0)
+            hits, lo = maybe[keep], lo[keep]
             if not len(hits):
                 continue
-            # Only a needle that is there needs the bucket's end.
-            counts = np.minimum(np.searchsorted(run_keys, needles[hits], side="right") - lo[hits], room[hits])
+            # A bucket's end: the next entry holds another key for most hits; only the others search for it.
+            counts = np.ones(len(hits), dtype=np.int64)
+            nxt = np.minimum(lo + 1, len(run_keys) - 1)
+            more = np.flatnonzero((lo + 1 < len(run_keys)) & (run_keys[nxt] == needles[hits]))
+            counts[more] = np.searchsorted(run_keys, needles[hits[more]], side="right") - lo[more]
+            counts = np.minimum(counts, room[hits])
             room[hits] -= counts
             # Each hit's positions lo, lo+1, …: one arange, shifted per hit.
-            starts = np.repeat(lo[hits] - (np.cumsum(counts) - counts), counts)
-            found.append(run_rows[starts + np.arange(counts.sum())])
+            starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+            found.append(run.rows[starts + np.arange(counts.sum())])
             owners.append(np.repeat(owner_of[hits], counts))
-        if not found:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-        found_all = np.concatenate(found)
-        span = int(found_all.max()) + 1
-        pairs = np.unique(np.concatenate(owners) * span + found_all)  # one int per pair: a 1-D unique is cheap
-        return pairs // span, pairs % span
+        if found:
+            found_all = np.concatenate(found)
+            span = int(found_all.max()) + 1
+            # One int per pair; a hash table drops the repeats (a stored row found through several bands) in
+            # linear time (a sort of every pair was a quarter of the parent's time at a million records).
+            pairs = pd.unique(np.concatenate(owners) * span + found_all)
+            owner, candidate = pairs // span, pairs % span
+        else:
+            owner = candidate = np.empty(0, dtype=np.int64)
+        if not full:
+            return owner, candidate
+        is_full = np.empty(len(needles), dtype=bool)
+        is_full[order] = room == 0
+        return owner, candidate, is_full.reshape(-1, self.bands)
 
-    def insert(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Store rows ``values`` (int64, ascending, after every stored row) under their band ``keys`` (k, bands)."""
+    def insert(self, keys: np.ndarray, values: np.ndarray, full: np.ndarray | None = None) -> None:
+        """Store rows ``values`` (int64, ascending, after every stored row) under their band ``keys`` (k, bands),
+        but not where ``full`` (k, bands), from ``query(…, full=True)`` of the same rows, says the bucket is full."""
         values = np.asarray(values, dtype=np.int64)
         if not len(values):
             return
+        self._stored += len(values)
         salted = (np.asarray(keys, dtype=np.uint64).reshape(-1, self.bands) ^ self._salt).ravel()
+        rows = np.repeat(values, self.bands)
+        if full is not None:
+            room = ~np.asarray(full, dtype=bool).ravel()
+            salted, rows = salted[room], rows[room]
         order = np.argsort(salted, kind="stable")  # stable: equal keys keep row order, oldest first
-        self._runs.append((salted[order], np.repeat(values, self.bands)[order]))
-        while len(self._runs) > 1 and len(self._runs[-2][0]) <= 2 * len(self._runs[-1][0]):
-            self._runs[-2:] = [_merge(*self._runs[-2], *self._runs[-1])]
+        self._runs.append(_Run(salted[order], rows[order]))
+        while len(self._runs) > 1 and len(self._runs[-2].keys) <= 2 * len(self._runs[-1].keys):
+            self._runs[-2:] = [_Run(*_merge(self._runs[-2], self._runs[-1]))]
 
 
-def _merge(k_old: np.ndarray, r_old: np.ndarray, k_new: np.ndarray, r_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+_FILTER_SLICE = 1 << 24  # filter bits built at once (16 MB of bools)
+_BIT = np.array([1 << i for i in range(8)], dtype=np.uint8)
+
+
+class _Run:
+    """Sorted keys, the rows stored under them, and, for a large run, a filter of the keys it holds: 16 bits an
+    entry, set at the key's top bits (keys are hashes, uniform, so a needle absent from the run finds its bit set
+    about one time in sixteen). Sorted keys have sorted top bits, so the filter is built in one linear pass."""
+
+    FILTERED = 1 << 16  # entries; a smaller run's binary search stays in the CPU's caches
+
+    def __init__(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        self.keys, self.rows = keys, rows
+        self.bits: np.ndarray | None = None
+        if len(keys) >= self.FILTERED:
+            width = int(np.ceil(np.log2(len(keys) * 16)))
+            self.shift = np.uint64(64 - width)
+            h = keys >> self.shift  # ascending
+            self.bits = np.empty(1 << (width - 3), dtype=np.uint8)
+            # A slice of the bit space at a time, as bools then packed: a bool per bit of the whole filter
+            # would hold 16 bytes an entry for a moment.
+            step = min(_FILTER_SLICE, 1 << width)
+            scratch = np.empty(step, dtype=bool)
+            ends = np.searchsorted(h, np.arange(step, (1 << width) + 1, step, dtype=np.uint64))
+            lo = 0
+            for k, hi in enumerate(ends.tolist()):
+                scratch[:] = False
+                scratch[(h[lo:hi] - np.uint64(k * step)).astype(np.intp)] = True
+                self.bits[k * step // 8 : (k + 1) * step // 8] = np.packbits(scratch, bitorder="little")
+                lo = hi
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes + self.rows.nbytes + (self.bits.nbytes if self.bits is not None else 0)
+
+    def may_hold(self, needles: np.ndarray) -> np.ndarray:
+        """Indexes of the needles this run may hold (all of them, for a run without a filter): no false negatives."""
+        if self.bits is None:
+            return np.arange(len(needles))
+        h = needles >> self.shift
+        return np.flatnonzero(self.bits[h >> np.uint64(3)] & _BIT[h & np.uint64(7)])
+
+
+def _merge(old: _Run, new: _Run) -> tuple[np.ndarray, np.ndarray]:
     """Two sorted runs as one, in linear time (no re-sort): each newer entry goes after the older entries with
     its key (``side="right"``), so equal keys stay oldest first."""
+    k_old, r_old, k_new, r_new = old.keys, old.rows, new.keys, new.rows
     at = np.searchsorted(k_old, k_new, side="right") + np.arange(len(k_new))  # final places of the newer entries
     older = np.ones(len(k_old) + len(k_new), dtype=bool)
     older[at] = False

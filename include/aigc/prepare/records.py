@@ -157,7 +157,7 @@ class SignatureDedup:
         if row.get("_sig") is None:
             return None
         sig = np.frombuffer(row["_sig"], dtype=np.uint32)
-        _, candidates = self._lsh.query(_bands(row))
+        candidates = np.sort(self._lsh.query(_bands(row))[1])  # earliest first: argmax names the earliest of ties
         self.candidates += len(candidates)
         if not len(candidates):
             return None

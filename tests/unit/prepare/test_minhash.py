@@ -67,20 +67,36 @@ def brute_force(stored: np.ndarray, queries: np.ndarray, per_bucket: int) -> set
     return pairs
 
 
-@pytest.mark.parametrize("per_bucket", [1, 3, 1000])
-def test_index_queries_equal_the_definition_across_merged_runs(per_bucket):
-    """Few distinct keys, so buckets are crowded; inserts of uneven sizes, so runs merge at different depths."""
+@pytest.mark.parametrize("filtered", [False, True])
+@pytest.mark.parametrize("per_bucket", [1, 3, 32, 1000])
+def test_index_queries_equal_the_definition_across_merged_runs(per_bucket, filtered, monkeypatch):
+    """Few distinct keys, so buckets are crowded; inserts of uneven sizes, so runs merge at different depths;
+    with every run filtered (a large run's key filter), or none."""
+    from aigc.prepare import minhash
+
+    monkeypatch.setattr(minhash._Run, "FILTERED", 1 if filtered else 1 << 60)
     rng = np.random.default_rng(per_bucket)
     index = BandIndex(0.7, 64, per_bucket)
+    # The same rows, each inserted with the `full` flags of its own query first: a full bucket takes no entry.
+    lean = BandIndex(0.7, 64, per_bucket)
     stored = np.empty((0, index.bands), dtype=np.uint64)
     for size in (1, 5, 2, 17, 1, 1, 40, 3, 9):
         queries = rng.integers(0, 4, size=(7, index.bands), dtype=np.uint64)
-        owner, found = index.query(queries)
-        assert set(zip(owner.tolist(), found.tolist(), strict=True)) == brute_force(stored, queries, per_bucket)
+        for ix in (index, lean):
+            owner, found = ix.query(queries)
+            assert set(zip(owner.tolist(), found.tolist(), strict=True)) == brute_force(stored, queries, per_bucket)
+            assert len(set(zip(owner.tolist(), found.tolist(), strict=True))) == len(owner)  # distinct
         new = rng.integers(0, 4, size=(size, index.bands), dtype=np.uint64)
         index.insert(new, np.arange(len(stored), len(stored) + size))
+        *_, full = lean.query(new, full=True)
+        lean.insert(new, np.arange(len(stored), len(stored) + size), full)
         stored = np.concatenate([stored, new])
     assert len(index._runs) < 9  # merged: runs grow like a binary counter, not one per insert
+    assert len(lean) == len(index) == len(stored)
+    if not filtered:  # (a filter's bytes depend on the run sizes)
+        assert lean.nbytes <= index.nbytes
+        if per_bucket <= 3:  # 4 keys a band: the buckets fill, and the lean index stops storing their newcomers
+            assert lean.nbytes < index.nbytes / 2, (lean.nbytes, index.nbytes)
 
 
 def test_a_crowded_bucket_costs_a_query_at_most_per_bucket_candidates_a_band():
@@ -89,4 +105,16 @@ def test_a_crowded_bucket_costs_a_query_at_most_per_bucket_candidates_a_band():
     for start in range(0, 5000, 500):
         index.insert(np.repeat(same, 500, axis=0), np.arange(start, start + 500))
     owner, found = index.query(same)
-    assert found.tolist() == list(range(8))  # the earliest: the first-wins rule names those
+    assert sorted(found.tolist()) == list(range(8))  # the earliest: the first-wins rule names those
+
+
+def test_a_large_runs_filter_has_no_false_negatives_and_rules_out_most_absent_keys():
+    from aigc.prepare.minhash import _Run
+
+    rng = np.random.default_rng(3)
+    keys = np.sort(rng.integers(0, 2**64 - 1, size=_Run.FILTERED, dtype=np.uint64))
+    run = _Run(keys, np.arange(len(keys)))
+    assert run.bits is not None and run.bits.nbytes == 2 * len(keys)  # 16 bits an entry
+    assert len(run.may_hold(keys)) == len(keys)  # every key it holds
+    absent = rng.integers(0, 2**64 - 1, size=100_000, dtype=np.uint64)
+    assert len(run.may_hold(absent)) / len(absent) < 0.08  # ≈ 1 − e^(−1/16): 6 %
