@@ -94,7 +94,7 @@ airflow: install
 
 bench: install
 	$(BIN)/python bench/prepare_bench.py
-	$(BIN)/python bench/prepare_scaling.py
+	$(BIN)/python bench/prepare_scaling.py --repeats 3
 	$(BIN)/python bench/prepare_fanout.py
 	$(BIN)/python bench/train_bench.py
 	$(BIN)/python bench/batching_bench.py

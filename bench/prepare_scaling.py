@@ -3,10 +3,11 @@
     python bench/prepare_scaling.py [--sizes 5000 20000 100000] [--repeats 1] [--workers 2]
 
 Per size, one dirty drop (``aigc make-raw``, dirt rate 0.1) in a local folder, then ``prepare`` in a fresh
-interpreter. Reported per size: rows/s, the parent's peak RSS and its growth per kept row over the smallest size
-(the decoding processes are bounded by the in-flight window and left out), near-duplicate candidates compared per
-input row, the dedup index's bytes per kept row, and the verdicts against the drop's own record of what it
-planted (``_planted.json``, written by the generator, never read by prepare):
+interpreter, ``--repeats`` rounds over all sizes (medians, with min and max). Reported per size: rows/s, the
+parent's peak RSS and its growth per kept row over the smallest size (the decoding processes are bounded by the
+in-flight window and left out), near-duplicate candidates compared per input row, the dedup index's bytes per
+kept row, and the verdicts against the drop's own record of what it planted (``_planted.json``, written by the
+generator, never read by prepare):
 
 - recall: planted near-duplicates removed as near (or exact) duplicates;
 - removals of other records, split into those whose caption names the same scene as the original they were
@@ -124,17 +125,33 @@ def _root(workdir: str | None, n: int):
     yield str(root)
 
 
+def _row(n: int, runs: list[dict], root: str) -> dict:
+    last = runs[-1]
+    dedup = last["dedup"]
+    row = {
+        "records": n, "kept": last["curated"], "runs": len(runs),
+        "rows_per_s": statistics.median(r["rows_per_s"] for r in runs),
+        "rows_per_s_min_max": [min(r["rows_per_s"] for r in runs), max(r["rows_per_s"] for r in runs)],
+        "parent_peak_rss_mib": round(statistics.median(r["parent_peak_rss"] for r in runs) / 2**20, 1),
+        "candidates_per_row": round(dedup["near_candidates"] / n, 2),
+        "index_bytes_per_kept_row": round(dedup["index_bytes"] / max(1, last["curated"]), 1),
+        **verdicts(root, last),
+    }
+    print(json.dumps(row), file=sys.stderr)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[5000, 20000, 100000])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--workdir", default=None, help="keep the drops here and reuse them (default: a temporary "
-                                                        "folder, deleted after each size)")
+                                                        "folder, deleted at the end)")
     args = parser.parse_args()
-    rows = []
-    for n in args.sizes:
-        with _root(args.workdir, n) as root:
+    with contextlib.ExitStack() as stack:
+        roots = {n: stack.enter_context(_root(args.workdir, n)) for n in args.sizes}
+        for n, root in roots.items():
             raw = open_lake(root).sub("raw/shapes")
             if raw.exists(f"{drop_prefix(DATE)}/{SUCCESS}"):
                 print(f"{n:>9,} records: reusing the drop in {root}", file=sys.stderr)
@@ -142,22 +159,14 @@ def main() -> None:
                 started = time.perf_counter()
                 make_raw_drop(raw, DATE, RawDropConfig(n=n, seed=11, dirt_rate=0.1))
                 print(f"{n:>9,} records: drop written in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-            lake = open_lake(root)
-            for old in ("curated", "quarantine", "quality", "leases"):  # earlier runs' outputs: not history
-                lake.delete_prefix(old)
-            runs = [run_prepare(root, args.workers) for _ in range(args.repeats)]
-            last = runs[-1]
-            dedup = last["dedup"]
-            rows.append({
-                "records": n, "kept": last["curated"], "runs": len(runs),
-                "rows_per_s": statistics.median(r["rows_per_s"] for r in runs),
-                "rows_per_s_min_max": [min(r["rows_per_s"] for r in runs), max(r["rows_per_s"] for r in runs)],
-                "parent_peak_rss_mib": round(statistics.median(r["parent_peak_rss"] for r in runs) / 2**20, 1),
-                "candidates_per_row": round(dedup["near_candidates"] / n, 2),
-                "index_bytes_per_kept_row": round(dedup["index_bytes"] / max(1, last["curated"]), 1),
-                **verdicts(root, last),
-            })
-            print(json.dumps(rows[-1]), file=sys.stderr)
+        # Rounds over every size, so the machine's drift (it is shared) falls on all sizes alike.
+        runs: dict[int, list[dict]] = {n: [] for n in args.sizes}
+        for _ in range(args.repeats):
+            for n, root in roots.items():
+                open_lake(root).delete_prefix("lake")  # earlier runs' outputs: not history
+                runs[n].append(run_prepare(root, args.workers))
+                print(f"{n:>9,} records: {runs[n][-1]['rows_per_s']:,.0f} rows/s", file=sys.stderr)
+        rows = [_row(n, runs[n], roots[n]) for n in args.sizes]
     base = rows[0]
     for row in rows[1:]:
         grown = row["kept"] - base["kept"]
