@@ -5,10 +5,12 @@
 1. Throughput: ``aigc train`` (torchrun, gloo) on one published demo partition with 1 and 2
    processes, fp32 and bf16 autocast; configurations alternate within each repeat, and the
    median over repeats of each run's median samples/s is reported, with wall time.
-2. Balance: per-rank imbalance (max/mean − 1 of assigned cost, over the epoch and per step)
+2. DDP scaling (B5): 2 ranks × 1 thread against 1 rank × 1 thread, same global batch, and with fp16
+   gradient compression.
+3. Balance: per-rank imbalance (max/mean − 1 of assigned cost, over the epoch and per step)
    of the cost-balanced plan and of a row-count split, on a long-tailed cost mix.
 
-The last line is one JSON object with every figure.
+The last line is one JSON object with every figure (also written to bench/results/train.json).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from aigc.train.balance import balanced_plan, imbalance, naive_plan, sample_cost
 from aigc.train.launch import run_training
 
 DATE = "2026-11-28"
+RESULTS = Path(__file__).parent / "results" / "train.json"
 
 
 def ensure_partition(root: Path, n: int):
@@ -62,6 +65,27 @@ def throughput(lake, steps: int, repeats: int) -> dict:
                 "wall_s": round(statistics.median(w for _, w in v), 2)} for k, v in runs.items()}
 
 
+def ddp_scaling(lake, steps: int, repeats: int) -> dict:
+    """B5: samples/s of 2 ranks × 1 intra-op thread against 1 rank × 1 thread (gloo on the CPU), the same global
+    batch, and 2 ranks with fp16 gradient compression (DDP's comm hook); configurations alternate in each repeat.
+    One thread a rank, so the second process brings the second core and nothing else: the speed-up is DDP's."""
+    configs = {"1 rank x 1 thread": (1, "none"), "2 ranks x 1 thread": (2, "none"),
+               "2 ranks x 1 thread, fp16 compression": (2, "fp16")}
+    runs: dict[str, list[float]] = {k: [] for k in configs}
+    for r in range(repeats):
+        for name, (nproc, compression) in configs.items():
+            train = dataclasses.replace(TrainConfig(), steps=steps, nproc=nproc, threads=1,
+                                        grad_compression=compression, eval_every=steps, checkpoint_every=steps,
+                                        warmup_steps=10)
+            summary = run_training(lake, DATE, PipelineConfig(train=train), on_line=lambda _line: None)
+            runs[name].append(summary["median_samples_per_s"])
+            print(f"B5 repeat {r + 1}: {name}: {runs[name][-1]:.0f} samples/s", file=sys.stderr)
+    base = statistics.median(runs["1 rank x 1 thread"])
+    return {name: {"samples_per_s": round(statistics.median(v), 1), "min_max": [round(min(v), 1), round(max(v), 1)],
+                   "runs": len(v), "vs_1_rank": round(statistics.median(v) / base, 3), "goal": ">= 1.7"}
+            for name, v in runs.items()}
+
+
 def balance() -> dict:
     rng = np.random.default_rng(0)
     side = rng.choice([32, 64, 128, 256], size=8192, p=[0.7, 0.2, 0.08, 0.02])
@@ -80,16 +104,27 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--root", default=".bench/train", help="bench lake folder (kept between runs)")
+    ap.add_argument("--only", nargs="+", default=["throughput", "ddp_scaling", "balance"],
+                    choices=["throughput", "ddp_scaling", "balance"], help="sections to run (default: all)")
     args = ap.parse_args()
     lake = ensure_partition(Path(args.root).resolve(), args.n)
-    result = {"throughput": throughput(lake, args.steps, args.repeats), "balance": balance()}
+    sections = {"throughput": lambda: throughput(lake, args.steps, args.repeats),
+                "ddp_scaling": lambda: ddp_scaling(lake, args.steps, args.repeats), "balance": balance}
+    result = {name: run() for name, run in sections.items() if name in args.only}
     print("\nconfig      samples/s (median)   wall s", file=sys.stderr)
-    for k, v in result["throughput"].items():
+    for k, v in result.get("throughput", {}).items():
         print(f"{k:10s}  {v['samples_per_s']:>18.0f}   {v['wall_s']:>6.1f}", file=sys.stderr)
+    print("\nB5, DDP on the CPU (global batch 64)       samples/s (min-max)    x 1 rank", file=sys.stderr)
+    for k, v in result.get("ddp_scaling", {}).items():
+        print(f"{k:40s}  {v['samples_per_s']:>6.0f} ({v['min_max'][0]:.0f}-{v['min_max'][1]:.0f})   "
+              f"{v['vs_1_rank']:.2f}", file=sys.stderr)
     print("\nimbalance (epoch, per step)   balanced            naive", file=sys.stderr)
-    for k, v in result["balance"].items():
+    for k, v in result.get("balance", {}).items():
         print(f"{k:28s}  {v['balanced'][0]:.4f}, {v['balanced'][1]:.4f}   {v['naive'][0]:.4f}, {v['naive'][1]:.4f}",
               file=sys.stderr)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}  # sections not run this time stay
+    RESULTS.write_text(json.dumps({**kept, **result}, indent=2) + "\n")
     print(json.dumps(result))
 
 
