@@ -124,10 +124,11 @@ class BandIndex:
             # Most needles are in no run or one: the run's filter rules most of them out with one read each, and
             # only the rest pay a binary search (a dozen reads, most of them cache misses in a large run).
             maybe = run.may_hold(needles)
-            lo = np.searchsorted(run_keys, needles[maybe], side="left")
+            candidates = needles[maybe]
+            lo = np.searchsorted(run_keys, candidates, side="left")
             inside = lo < len(run_keys)
             present = np.zeros(len(lo), dtype=bool)
-            present[inside] = run_keys[lo[inside]] == needles[maybe][inside]
+            present[inside] = run_keys[lo[inside]] == candidates[inside]
             keep = present & (room[maybe] > 0)
             hits, lo = maybe[keep], lo[keep]
             if not len(hits):
