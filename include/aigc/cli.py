@@ -294,8 +294,8 @@ def _model_status(catalog, date: str) -> dict | None:
     log.info("model %s: run %s, %d steps on %d process(es), validation loss %.5f (from %.5f); weights %s",
              catalog.model, s["run_id"], s["steps"], s["world_size"], s["final_val_loss"], s["initial_val_loss"],
              s["weights_uri"])
-    return {k: s[k] for k in ("run_id", "run_uri", "weights_uri", "steps", "world_size", "final_val_loss",
-                              "initial_val_loss", "imbalance", "loss_png_uri")}
+    return {k: s.get(k) for k in ("run_id", "run_uri", "weights_uri", "steps", "world_size", "final_val_loss",
+                                  "initial_val_loss", "imbalance", "measured_imbalance", "loss_png_uri")}
 
 
 def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls, only: tuple[str, ...] = ()) -> None:

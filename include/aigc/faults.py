@@ -3,6 +3,8 @@
 Off unless the environment names one: ``AIGC_FAULT_HOLD=train.checkpoint:20`` makes the process
 that reaches point ``train.checkpoint`` with value 20 (rank 0, once its step-20 checkpoint is
 written) log that it holds and block until it is killed. A test then kills it there, every time.
+``AIGC_FAULT_DELAY=train.forward:1:0.05`` makes every pass through point ``train.forward`` with
+value 1 (rank 1's forward passes) take 0.05 s longer: a slow host, made on purpose.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 log = logging.getLogger(__name__)
 HOLD = "AIGC_FAULT_HOLD"
+DELAY = "AIGC_FAULT_DELAY"
 
 
 def point(name: str, value: object) -> None:
@@ -20,3 +24,12 @@ def point(name: str, value: object) -> None:
     if os.environ.get(HOLD) == f"{name}:{value}":
         log.warning("fault point %s:%s reached: holding until killed (%s is set)", name, value, HOLD)
         threading.Event().wait()  # blocks for good; a signal still ends the process
+
+
+def delay(name: str, value: object) -> None:
+    """A place a test may slow down; a no-op unless ``AIGC_FAULT_DELAY`` is ``name:value:seconds``."""
+    spec = os.environ.get(DELAY)
+    if spec:
+        where, _, seconds = spec.rpartition(":")
+        if where == f"{name}:{value}":
+            time.sleep(float(seconds))

@@ -183,3 +183,16 @@ def test_two_nodes_that_know_only_the_lake_meet_there_and_train_as_one_run(curat
     assert joined["node_rank"] == 1 and joined["published"] is False and joined["run_id"] == run_id
     announced = curated_lake.get_json(join(training_run_prefix("shapes-cvae", DATE, run_id), "_rendezvous.json"))
     assert announced["endpoint"].startswith("127.0.0.1:") and joined["rendezvous"] == announced["endpoint"]
+
+
+def test_gate_2_fails_a_run_in_which_one_rank_was_made_slow_and_passes_the_same_run_without(curated_lake):
+    """Rank 1's forward passes take 20 ms longer (aigc.faults): gate 2 reads the ranks' measured work, names rank
+    1 and publishes nothing; the same run with no delay passes (its figure is in the summary)."""
+    args = ["--nproc", "2", "--steps", "30", "--eval-every", "30", "--max-final-val-loss", "0.5"]
+    out, slow = aigc_train(curated_lake.uri, *args, env={"AIGC_FAULT_DELAY": "train.forward:1:0.02"})
+    assert out.returncode == 1 and "rank_imbalance_low" in slow["error"] and "rank 1 worked" in slow["error"]
+    out, even = aigc_train(curated_lake.uri, *args)
+    assert out.returncode == 0 and even["published"], out.stderr[-3000:]
+    measured = even["measured_imbalance"]
+    print(f"\nmeasured rank imbalance without a delay: {measured}")
+    assert measured["steps"] == 29 and measured["imbalance_low"] <= 0.05

@@ -28,3 +28,16 @@ def test_a_named_point_holds_the_process_until_it_is_killed():
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_delay_point_sleeps_only_where_the_environment_names_it(monkeypatch):
+    slept = []
+    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    monkeypatch.setenv("AIGC_FAULT_DELAY", "train.forward:1:0.25")
+    faults.delay("train.forward", 0)
+    faults.delay("train.backward", 1)
+    faults.delay("train.forward", 1)
+    assert slept == [0.25]
+    monkeypatch.delenv("AIGC_FAULT_DELAY")
+    faults.delay("train.forward", 1)
+    assert slept == [0.25]

@@ -24,11 +24,12 @@ from aigc.config.serving import (
     GenerateGateThresholds,
 )
 from aigc.config.text import TextConfig
-from aigc.config.training import GRAD_COMPRESSIONS, PRECISIONS, ModelConfig, TrainConfig, TrainingGateThresholds
+from aigc.config.training import GRAD_COMPRESSIONS, PRECISIONS, SPLITS, ModelConfig, TrainConfig, TrainingGateThresholds
 from aigc.config.workload import WorkloadConfig
 
 __all__ = [
-    "DATE_LEASE_TTL", "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "RESOLUTIONS", "VARIANTS", "BatchingConfig",
+    "DATE_LEASE_TTL", "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "RESOLUTIONS", "SPLITS", "VARIANTS",
+    "BatchingConfig",
     "CuratedGateThresholds", "DeployConfig", "DeployGateThresholds", "EvaluateConfig", "EvaluationGateThresholds",
     "GenerateConfig", "GenerateGateThresholds", "ModelConfig", "PipelineConfig", "PrepareConfig", "RawDropConfig",
     "TextConfig", "TrainConfig", "TrainingGateThresholds", "WorkloadConfig", "preset",

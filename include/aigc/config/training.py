@@ -38,6 +38,7 @@ class ModelConfig:
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
+SPLITS = ("balanced", "length_grouped", "shuffled", "round_robin", "contiguous")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,11 @@ class TrainConfig:
     """auto (bf16 on a GPU that has it, else fp32), fp32, bf16 (autocast, CPU or GPU), fp16 (GPU, GradScaler)."""
     grad_compression: str = "none"
     """DDP communication hook: compress gradients to fp16/bf16 for the all-reduce."""
+    split: str = "balanced"
+    """How the samples of a step are dealt to the ranks (train/balance.py): balanced by estimated cost (the
+    default), or the simple alternatives kept for comparison (bench B3): length_grouped (Hugging Face's
+    group_by_length: megabatches sorted by length), shuffled (DistributedSampler with shuffle), round_robin (without: the stored order, rank r takes every world-th sample), contiguous (each rank
+    one block of the stored order)."""
     val_fraction: float = 0.05
     val_max: int = 512
     eval_every: int = 250
@@ -94,7 +100,7 @@ class TrainConfig:
         _check_range(self, "warmup_steps", 0, 10_000_000)
         _check_range(self, "weight_decay", 0.0, 10.0)
         _check_range(self, "clip_grad_norm", 0.0, 1e6)
-        for name, allowed in (("precision", PRECISIONS), ("grad_compression", GRAD_COMPRESSIONS)):
+        for name, allowed in (("precision", PRECISIONS), ("grad_compression", GRAD_COMPRESSIONS), ("split", SPLITS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"TrainConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         _check_range(self, "val_fraction", 0.0, 0.5)
@@ -136,7 +142,8 @@ class TrainingGateThresholds:
     max_val_ratio: float = 0.8
     """Final / initial validation loss: training must have learned something."""
     max_imbalance: float = 0.05
-    """Per-rank assigned cost, max / mean − 1."""
+    """The slowest rank's measured work over the run, max / mean − 1 of the ranks' busy seconds (train/timing.py).
+    A run fails only when the 95% lower bound of that figure is above this, so timing noise fails no good run."""
     max_flagged_steps: int = 0
     """Health checks in which some rank's local gradient norm exceeded health_k × the median."""
     max_skipped_fraction: float = 0.5

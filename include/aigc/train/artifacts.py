@@ -27,6 +27,7 @@ from aigc.config import PipelineConfig
 from aigc.lake import Lake
 from aigc.lake.keys import join, partition, run_prefix
 from aigc.plots import line_chart
+from aigc.train.timing import busy_matrix, measured_imbalance
 
 SUMMARY = "_SUMMARY.json"
 WEIGHTS = "model.safetensors"
@@ -37,15 +38,16 @@ _NAN = float("nan")
 METRIC_DEFAULTS: dict[str, float | int | str] = {
     "step": 0, "epoch": 0, "loss": _NAN, "lr": _NAN, "grad_norm": _NAN,
     "samples_per_s": _NAN, "imbalance": _NAN, "step_imbalance": _NAN, "val_loss": _NAN,
-    "rank_norm_min": _NAN, "rank_norm_max": _NAN, "flagged_ranks": "", "skipped_step": 0,
+    "rank_norm_min": _NAN, "rank_norm_max": _NAN, "flagged_ranks": "", "skipped_step": 0, "rank_busy_s": [],
 }
 """The columns of every workload's metrics; the workload's loss parts (``Workload.loss_parts``) follow ``loss``."""
 
 
 def metrics_schema(parts: tuple[str, ...] | list[str] = ()) -> pa.Schema:
     names = [*list(METRIC_DEFAULTS)[:3], *parts, *list(METRIC_DEFAULTS)[3:]]
-    return pa.schema([(k, pa.int64() if k in ("step", "epoch", "skipped_step") else pa.string() if k == "flagged_ranks"
-                       else pa.float64()) for k in names])
+    types = {"step": pa.int64(), "epoch": pa.int64(), "skipped_step": pa.int64(), "flagged_ranks": pa.string(),
+             "rank_busy_s": pa.list_(pa.float64())}  # each rank's measured work in the step (timing.py)
+    return pa.schema([(k, types.get(k, pa.float64())) for k in names])
 
 
 def metric_row(step: int, parts: dict[str, float] | None = None, **values) -> dict:
@@ -125,6 +127,8 @@ def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, worklo
         "initial_val_loss": initial_val, "final_val_loss": final_val,
         "final_train_loss": trained[-1]["loss"] if trained else None,
         "imbalance": max((r["imbalance"] for r in trained), default=0.0),
+        "measured_imbalance": measured_imbalance(busy_matrix([r["step"] for r in trained],
+                                                             [r["rank_busy_s"] for r in trained], world)),
         "flagged_steps": flagged_steps, "samples": len(index), "partitions": len(index.partitions),
         "median_samples_per_s": speeds[len(speeds) // 2] if speeds else None,
         **task.stats(), "parameters": card["parameters"],

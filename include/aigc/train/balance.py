@@ -62,6 +62,47 @@ def naive_plan(n: int, world: int, micro: int, seed: int, epoch: int) -> np.ndar
     return _rng(seed, epoch, 0).permutation(n)[: steps * per_step].reshape(steps, world, micro)
 
 
+def round_robin_plan(n: int, world: int, micro: int) -> np.ndarray:
+    """DistributedSampler without shuffling: the stored order, rank r takes samples r, r + world, r + 2·world…"""
+    steps = n // (world * micro)
+    return np.arange(steps * world * micro).reshape(steps, micro, world).transpose(0, 2, 1)
+
+
+def contiguous_plan(n: int, world: int, micro: int) -> np.ndarray:
+    """Each rank one contiguous block of the stored order, read from its start."""
+    steps = n // (world * micro)
+    return np.arange(steps * world * micro).reshape(world, steps, micro).transpose(1, 0, 2)
+
+
+def length_grouped_plan(costs: np.ndarray, world: int, micro: int, seed: int, epoch: int,
+                        mega: int = 50) -> np.ndarray:
+    """Hugging Face's ``group_by_length`` (LengthGroupedSampler and its distributed form): shuffle, cut into
+    megabatches of ``mega`` steps, sort each by cost, heaviest first, and deal each step round-robin. The steps
+    then run in a seeded random order (Hugging Face keeps them heaviest first): the same work over an epoch, and a
+    run shorter than an epoch sees a fair sample of it rather than only the heaviest steps."""
+    per_step = world * micro
+    steps = len(costs) // per_step
+    order = _rng(seed, epoch, 0).permutation(len(costs))[: steps * per_step]
+    chunks = [order[i:i + mega * per_step] for i in range(0, len(order), mega * per_step)]
+    order = np.concatenate([c[np.argsort(-costs[c], kind="stable")] for c in chunks]) if chunks else order
+    return order.reshape(steps, micro, world).transpose(0, 2, 1)[_rng(seed, epoch, 2).permutation(steps)]
+
+
+def plan_for(split: str, costs: np.ndarray, world: int, micro: int, seed: int, epoch: int) -> np.ndarray:
+    """The (steps, world, micro) plan of ``TrainConfig.split``: ours, or a simple alternative to compare with."""
+    if split == "balanced":
+        return balanced_plan(costs, world, micro, seed, epoch)
+    if split == "shuffled":
+        return naive_plan(len(costs), world, micro, seed, epoch)
+    if split == "length_grouped":
+        return length_grouped_plan(costs, world, micro, seed, epoch)
+    if split == "round_robin":
+        return round_robin_plan(len(costs), world, micro)
+    if split == "contiguous":
+        return contiguous_plan(len(costs), world, micro)
+    raise ValueError(f"unknown split {split!r}")
+
+
 def imbalance(costs: np.ndarray, plan: np.ndarray) -> float:
     """max / mean − 1 of the cost assigned to each rank over the plan: 0 is perfect."""
     loads = costs[plan].sum(axis=(0, 2)) if plan.size else np.zeros(1)

@@ -7,6 +7,7 @@ step alone: a resumed run recomputes the epoch's plan and skips to that step.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gc
 import logging
@@ -22,9 +23,10 @@ from aigc.lake import Lake
 from aigc.lake.keys import parse_date
 from aigc.train import distributed as D
 from aigc.train.artifacts import metric_row, training_run_prefix, write_final, write_metrics
-from aigc.train.balance import balanced_plan, imbalance, step_imbalance
+from aigc.train.balance import imbalance, plan_for, step_imbalance
 from aigc.train.checkpoint import check_resumable, load_latest, save_checkpoint
 from aigc.train.data import Batches, load_window
+from aigc.train.timing import BusyClock
 from aigc.workloads import workload_of
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ def resume_key(cfg: PipelineConfig, date: dt.date) -> dict:
     return {"date": date.isoformat(), "dataset": cfg.prepare.dataset, "workload": cfg.workload.name,
             "model": cfg.model.__dict__, **workload_of(cfg).settings(cfg),
             **{k: getattr(t, k) for k in ("window_days", "steps", "batch_size", "grad_accum", "lr", "min_lr_ratio",
-                                           "warmup_steps", "weight_decay", "seed", "val_fraction", "val_max")}}
+                                           "warmup_steps", "weight_decay", "seed", "val_fraction", "val_max", "split")}}
 
 
 def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str, ctx: D.Dist) -> dict | None:
@@ -116,6 +118,7 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
         torch.manual_seed(t.seed * 1000 + ctx.rank)  # per-rank noise (a VAE's sampling, dropout)
 
     ddp, health = D.wrap_model(model, ctx, t.grad_compression)
+    clock = BusyClock(ctx.device)
     costs = index.costs[train_idx]
     val_mine = val_idx[ctx.rank::ctx.world]
 
@@ -156,7 +159,7 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
             e, k = divmod(step, steps_per_epoch)
             if e != epoch:  # a new epoch (or the resumed one): its plan, from step k on
                 epoch = e
-                plan = balanced_plan(costs, ctx.world, per_step, t.seed, epoch)  # (steps, world, per_step)
+                plan = plan_for(t.split, costs, ctx.world, per_step, t.seed, epoch)  # (steps, world, per_step)
                 epoch_plan = (imbalance(costs, plan), step_imbalance(costs, plan))
                 if batches:
                     batches.close()
@@ -170,10 +173,16 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
             # each `float()` would wait for the queued kernels); one transfer per step, with the all-reduce.
             sums = torch.zeros(1 + len(workload.loss_parts), dtype=torch.float64, device=ctx.device)
             for a in range(t.grad_accum):
-                batch = tuple(x.to(ctx.device, non_blocking=True) for x in next(batches_iter))
-                with D.no_sync(ddp, a == t.grad_accum - 1), D.autocast(precision, ctx.device):
-                    out = task.loss(ddp, batch, train=True)
-                    scaler.scale(out.total / t.grad_accum).backward()
+                last = a == t.grad_accum - 1
+                with clock.host():
+                    batch = tuple(x.to(ctx.device, non_blocking=True) for x in next(batches_iter))
+                with D.no_sync(ddp, last), D.autocast(precision, ctx.device):
+                    with clock.device():
+                        out = task.loss(ddp, batch, train=True)
+                        faults.delay("train.forward", ctx.rank)
+                    # The synchronising backward holds the wait for the slowest rank: not this rank's own work.
+                    with contextlib.nullcontext() if last else clock.device():
+                        scaler.scale(out.total / t.grad_accum).backward()
                 parts = (out.total, *(out.parts[p] for p in workload.loss_parts))
                 sums += torch.stack([v.detach().to(torch.float64) for v in parts]) / t.grad_accum
             grad_norm, skipped = optimizer_step(scaler, opt, model.parameters(), t.clip_grad_norm)
@@ -182,11 +191,12 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
             opt.zero_grad(set_to_none=True)
             step += 1
 
-            loss, *part_means = D.all_mean(ctx, sums)
+            loss, *part_means = D.all_mean(ctx, sums)  # reads back: this step's device work is done
             row = metric_row(step, epoch=epoch, loss=loss, lr=lr, grad_norm=grad_norm, skipped_step=skipped,
                              parts=dict(zip(workload.loss_parts, part_means, strict=True)),
                              samples_per_s=t.batch_size / (time.perf_counter() - t0),
-                             imbalance=epoch_plan[0], step_imbalance=epoch_plan[1])
+                             imbalance=epoch_plan[0], step_imbalance=epoch_plan[1],
+                             rank_busy_s=D.gather_floats(ctx, clock.take()))
             if health is not None and step % t.health_every == 0:
                 norms = D.gather_floats(ctx, health.local_norm())
                 flagged = D.flag_ranks(norms, t.health_k)

@@ -49,3 +49,19 @@ def test_the_left_out_remainder_changes_with_the_epoch():
 
 def test_too_few_samples_give_an_empty_plan():
     assert balanced_plan(np.ones(10), 4, 4, 0, 0).shape == (0, 4, 4)
+
+
+@pytest.mark.parametrize("split", ["balanced", "length_grouped", "shuffled", "round_robin", "contiguous"])
+def test_every_split_gives_each_rank_the_same_count_and_no_sample_twice(split):
+    from aigc.train.balance import plan_for
+
+    costs = np.random.default_rng(0).lognormal(0, 1, 103)
+    plan = plan_for(split, costs, 2, 5, seed=1, epoch=0)
+    assert plan.shape == (10, 2, 5) and len(np.unique(plan)) == plan.size
+
+
+def test_round_robin_and_contiguous_follow_the_stored_order():
+    from aigc.train.balance import contiguous_plan, round_robin_plan
+
+    assert round_robin_plan(8, 2, 2)[0].tolist() == [[0, 2], [1, 3]]
+    assert contiguous_plan(8, 2, 2)[:, 1].tolist() == [[4, 5], [6, 7]]
