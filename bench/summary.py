@@ -1,0 +1,170 @@
+"""One table of every benchmark's latest figures, read from ``bench/results/*.json`` (what ``make bench`` wrote).
+
+    python bench/summary.py [--markdown bench/results/summary.md]
+
+Each row: what it compares, the data size, the runs behind the figure, the result against the strongest
+simple alternative, the goal and whether it was met. A comparison with no result file says so (``not run``);
+nothing here is estimated. The machine the figures were measured on is printed above the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+from collections.abc import Callable
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _load(name: str):
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else "met" if ok else "MISSED"
+
+
+def batching_rows(d) -> list[list]:
+    rows = []
+    for r in d["rows"]:
+        budget = f", budget {r['budget_bytes'] / 2**20:.1f} MiB" if r.get("budget_bytes") else ""
+        best = r.get("best_planner") or r["oracle"]
+        ratio = r.get("ours_vs_best_planner") or r["ours_vs_oracle"]
+        rows.append(["B1 batching", f"adaptive batcher vs best fixed batch ({best}) in hindsight{budget}",
+                     f"{r['items']} {r['workload']} items", r["repeats"],
+                     f"{ratio:.2f}x its items/s, OOM rate {r['oom_rate']:.2f}", "-", "n/a"])
+    return rows
+
+
+def scaling_rows(d) -> list[list]:
+    sizes = d["sizes"]
+    first, last = sizes[0], sizes[-1]
+    ratio = d["rows_per_s_largest_over_smallest"]
+    return [["19 prep scaling", f"rows/s at {last['records']:,} vs {first['records']:,} records",
+             f"{first['records']:,}-{last['records']:,}", last["runs"],
+             f"{last['rows_per_s']:,.0f} vs {first['rows_per_s']:,.0f} rows/s ({ratio:.2f}x); no removal below "
+             f"the threshold: {d['no_removal_below_threshold']}", ">= 0.8x",
+             _verdict(ratio >= 0.8 and d["no_removal_below_threshold"])]]
+
+
+def fanout_rows(d) -> list[list]:
+    big = max(r["records"] for r in d)
+    by = {r["config"]: r for r in d if r["records"] == big}
+    one, two = by.get("fan-out, 1 worker"), by.get("fan-out, 2 workers")
+    if not (one and two):
+        return []
+    return [["19 prep fan-out", "mapped preparation, 2 workers vs 1", f"{big:,} records", two["runs"],
+             f"{one['median_s'] / two['median_s']:.2f}x faster (merge {two['merge_s']:.1f} s of {two['median_s']:.1f})",
+             "-", "n/a"]]
+
+
+def balance_rows(d) -> list[list]:
+    rows, measured, sim = [], d["measured"], d["simulated"]
+    worlds = sorted({int(k.split()[0]) for k in measured})
+    for world in worlds:
+        ours = measured[f"{world} ranks, balanced"]
+        others = {k.split(", ")[1]: v for k, v in measured.items() if k.startswith(f"{world} ranks,")
+                  and not k.endswith("balanced")}
+        best_name, best = min(others.items(), key=lambda kv: kv[1]["waste"]["median"])
+        waste = ours["waste"]["median"]
+        rows.append(["B3 balance", f"{world} ranks: time waiting for the slowest rank, ours vs {best_name} (best of "
+                     f"{len(others)})", f"text demo, {d['steps']} steps", ours["runs"],
+                     f"{waste:.1%} ({ours['waste']['min_max'][0]:.1%}-{ours['waste']['min_max'][1]:.1%}) vs "
+                     f"{best['waste']['median']:.1%}; {ours['samples_per_s']['median']:.0f} vs "
+                     f"{best['samples_per_s']['median']:.0f} samples/s", "<= 5%", _verdict(waste <= 0.05)])
+    for world in (8, 64):
+        ours = sim.get(f"{world} ranks, balanced")
+        if ours:
+            others = {k.split(", ")[1]: v["waste"] for k, v in sim.items() if k.startswith(f"{world} ranks,")
+                      and not k.endswith("balanced")}
+            best_name = min(others, key=others.get)
+            rows.append(["B3 balance", f"{world} ranks, simulated from measured step times (fit R² "
+                         f"{sim['fit']['r2']:.2f}): ours vs {best_name}", "text demo lengths", 1,
+                         f"{ours['waste']:.1%} vs {others[best_name]:.1%}", "<= 5%", _verdict(ours["waste"] <= 0.05)])
+    return rows
+
+
+def ddp_rows(d) -> list[list]:
+    rows = []
+    for name, v in (d.get("ddp_scaling") or {}).items():
+        if name.startswith("2 ranks"):
+            rows.append(["B5 DDP", f"{name} vs 1 rank x 1 thread (gloo, same global batch)", "demo shapes",
+                         v["runs"], f"{v['vs_1_rank']:.2f}x ({v['samples_per_s']:.0f} samples/s)",
+                         ">= 1.7x", _verdict(v["vs_1_rank"] >= 1.7)])
+    return rows
+
+
+def variants_rows(d) -> list[list]:
+    rows = []
+    for name, v in d["variants"].items():
+        if name == "fp32":
+            continue
+        gap = v["fp32_minus_variant"]
+        rows.append(["B6 variants", f"{name} on {v['device']} vs fp32: latency b1 / adaptive (batch "
+                     f"{v['adaptive']['batch']}), alignment", f"{d['prompts']} prompts", v["runs"],
+                     f"{v['speedup_vs_fp32_batch1']:.2f}x / {v['speedup_vs_fp32_adaptive']:.2f}x faster, "
+                     f"{v['size_bytes'] / 1024:.0f} KiB; fp32 - it {gap['value']:+.3f} [{gap['lo']:+.3f}, "
+                     f"{gap['hi']:+.3f}]", ">= 1.5x, not lower" if name == "int8" else "-",
+                     _verdict(d["goal"]["met"]) if name == "int8" and d.get("goal") else "n/a"])
+    return rows
+
+
+def long_prompt_rows(d) -> list[list]:
+    rows = []
+    for r in d["rows"]:
+        ours = r["policies"]["ours"]
+        rows.append(["B1 long prompts", f"adaptive batcher vs best fixed ({r['best_fixed']}) under "
+                     f"{r['capacity_mib']:.0f} MiB; fixed 32 with retries", f"{r['prompts']} x {r['prompt_tokens']} "
+                     "tokens", d["repeats"], f"{r['ours_vs_best_fixed']:.2f}x, {ours['violations']} violations; "
+                     f"fixed 32 completed: {r['policies']['fixed_32']['completed']}", "-", "n/a"])
+    return rows
+
+
+SOURCES: list[tuple[str, str, Callable[[dict], list[list]]]] = [
+    ("prepare_scaling.json", "19 prep scaling", scaling_rows),
+    ("prepare_fanout.json", "19 prep fan-out", fanout_rows),
+    ("batching.json", "B1 batching", batching_rows),
+    ("long_prompts.json", "B1 long prompts", long_prompt_rows),
+    ("balance.json", "B3 balance", balance_rows),
+    ("train.json", "B5 DDP", ddp_rows),
+    ("variants.json", "B6 variants", variants_rows),
+]
+NOT_BUILT = [("B2 loading", "small objects vs Parquet shards, image-text vs text-only"),
+             ("B7 pipeline", "demo wall time, stage work vs Airflow overhead"),
+             ("B8 resolution x precision", "32 vs 64 px, fp32 / bf16 / fp16")]
+
+
+def table() -> list[list]:
+    rows = []
+    for name, label, extract in SOURCES:
+        data = _load(name)
+        rows += extract(data) if data else [[label, f"not run (no bench/results/{name})", "", "", "", "", ""]]
+    rows += [[label, what, "", "", "not measured yet (issue 20)", "", ""] for label, what in NOT_BUILT]
+    return rows
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", default=str(RESULTS / "summary.md"))
+    args = ap.parse_args()
+    head = ["id", "compares", "data", "runs", "result (median)", "goal", "verdict"]
+    rows = table()
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    print(f"benchmarks on {machine()}")
+    for r in [head, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    md = [f"Measured on {machine()}.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    Path(args.markdown).write_text("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()
