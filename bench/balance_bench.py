@@ -13,7 +13,8 @@ is padded to its longest document, so what a rank does in a step really varies. 
   round-robin): the strongest simple alternative for long-tailed text;
 * ``balanced``: ours (``train/balance.py``): sorted by estimated cost, dealt heaviest-first.
 
-Every rank times its own work in every step (``train/timing.py``); a row gives, as medians over the
+Every rank times its own work in every step, in CPU time (``train/timing.py``: a rank descheduled is not
+working); a row gives, as medians over the
 repeats (min–max), the **waste** (Σ_steps slowest rank / Σ_steps mean − 1: the share of time ranks wait at
 the all-reduce), the run's **rank imbalance** (the slowest rank's total over the mean, what gate 2 reads)
 and samples/s (all samples over all step time).

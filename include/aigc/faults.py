@@ -4,7 +4,8 @@ Off unless the environment names one: ``AIGC_FAULT_HOLD=train.checkpoint:20`` ma
 that reaches point ``train.checkpoint`` with value 20 (rank 0, once its step-20 checkpoint is
 written) log that it holds and block until it is killed. A test then kills it there, every time.
 ``AIGC_FAULT_DELAY=train.forward:1:0.05`` makes every pass through point ``train.forward`` with
-value 1 (rank 1's forward passes) take 0.05 s longer: a slow host, made on purpose.
+value 1 (rank 1's forward passes) compute 0.05 s longer: a slow device, made on purpose (it spins, so
+the time is CPU time, as a slower processor's would be, not a sleep).
 """
 
 from __future__ import annotations
@@ -32,4 +33,10 @@ def delay(name: str, value: object) -> None:
     if spec:
         where, _, seconds = spec.rpartition(":")
         if where == f"{name}:{value}":
-            time.sleep(float(seconds))
+            _spin(float(seconds))
+
+
+def _spin(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass

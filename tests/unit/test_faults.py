@@ -32,7 +32,7 @@ def test_a_named_point_holds_the_process_until_it_is_killed():
 
 def test_a_delay_point_sleeps_only_where_the_environment_names_it(monkeypatch):
     slept = []
-    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    monkeypatch.setattr(faults, "_spin", slept.append)
     monkeypatch.setenv("AIGC_FAULT_DELAY", "train.forward:1:0.25")
     faults.delay("train.forward", 0)
     faults.delay("train.backward", 1)
@@ -41,3 +41,11 @@ def test_a_delay_point_sleeps_only_where_the_environment_names_it(monkeypatch):
     monkeypatch.delenv("AIGC_FAULT_DELAY")
     faults.delay("train.forward", 1)
     assert slept == [0.25]
+
+
+def test_a_delay_spins_for_its_cpu_time():
+    import time
+
+    started = time.process_time()
+    faults._spin(0.02)
+    assert time.process_time() - started >= 0.02

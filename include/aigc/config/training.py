@@ -65,8 +65,9 @@ class TrainConfig:
     split: str = "balanced"
     """How the samples of a step are dealt to the ranks (train/balance.py): balanced by estimated cost (the
     default), or the simple alternatives kept for comparison (bench B3): length_grouped (Hugging Face's
-    group_by_length: megabatches sorted by length), shuffled (DistributedSampler with shuffle), round_robin (without: the stored order, rank r takes every world-th sample), contiguous (each rank
-    one block of the stored order)."""
+    group_by_length: megabatches sorted by length), shuffled (DistributedSampler with shuffle), round_robin
+    (without: the stored order, rank r takes every world-th sample), contiguous (each rank one block of the
+    stored order)."""
     val_fraction: float = 0.05
     val_max: int = 512
     eval_every: int = 250

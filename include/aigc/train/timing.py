@@ -6,8 +6,13 @@ waiting for their data, the forward passes and the backward passes of the micro-
 synchronise. The last micro-step's backward is left out on purpose: DDP overlaps its all-reduce
 with it, so it would contain the wait for the slowest rank and make every rank look alike.
 
-On a GPU the spans are CUDA events read after the step's own synchronisation (the loss read-back),
-so measuring adds no host synchronisation.
+What is timed is the device's time, not the wall clock's: on a GPU the spans are CUDA events read after
+the step's own synchronisation (the loss read-back), so measuring adds no host synchronisation; on a
+CPU they are the process's CPU time (all its threads: the intra-op pool, the prefetch thread building
+the batch a rank waits for). A rank descheduled because its host is busy with other work (another
+task, the Airflow services, more ranks than cores) is not slower at its share of the training, and the
+wall clock would say it was: on this 2-core machine, running next to another test, it read 14%.
+A host that computes slower (a slower CPU or GPU, throttling) still shows, as does work that differs.
 """
 
 from __future__ import annotations
@@ -23,23 +28,24 @@ import torch
 class BusyClock:
     """Sums the spans of one rank's own work in the current step; ``take()`` returns seconds and resets."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, cpu_clock=time.process_time):
         self.cuda = device.type == "cuda"
+        self.cpu_clock = cpu_clock
         self._host = 0.0
         self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
 
     @contextlib.contextmanager
     def host(self):
-        """Host-side work (waiting for the next batch): wall time."""
-        t0 = time.perf_counter()
+        """Host-side work (getting the next batch ready): the process's CPU time."""
+        t0 = self.cpu_clock()
         try:
             yield
         finally:
-            self._host += time.perf_counter() - t0
+            self._host += self.cpu_clock() - t0
 
     @contextlib.contextmanager
     def device(self):
-        """Device work (forward, local backward): wall time on a CPU, CUDA events on a GPU."""
+        """Device work (forward, local backward): CPU time on a CPU, CUDA events on a GPU."""
         if not self.cuda:
             with self.host():
                 yield

@@ -16,16 +16,31 @@ from tests.unit.train.test_gate_skipped_steps import DATE, MODEL, RUN, finished_
 
 
 def test_the_clock_sums_its_spans_and_starts_again_after_each_take():
-    clock = BusyClock(torch.device("cpu"))
+    ticks = iter(range(100))
+    clock = BusyClock(torch.device("cpu"), cpu_clock=lambda: float(next(ticks)))
     with clock.host():
-        sum(range(10_000))
+        pass
     with clock.device():
-        torch.ones(100, 100) @ torch.ones(100, 100)
-    first = clock.take()
-    assert first > 0 and clock.take() == 0.0
+        pass
+    assert clock.take() == 2.0 and clock.take() == 0.0
     with pytest.raises(ZeroDivisionError), clock.device():
         raise ZeroDivisionError
-    assert clock.take() > 0  # a span that raised still counts its time
+    assert clock.take() == 1.0  # a span that raised still counts its time
+
+
+def test_the_clock_reads_cpu_time_not_the_wall():
+    """A rank descheduled (here: asleep) is not working; a rank computing is."""
+    import time
+
+    clock = BusyClock(torch.device("cpu"))
+    with clock.device():
+        time.sleep(0.05)
+    asleep = clock.take()
+    with clock.device():
+        end = time.perf_counter() + 0.05
+        while time.perf_counter() < end:
+            pass
+    assert asleep < 0.005 and clock.take() > 0.015  # the loop gets at least 30% of a core, even here
 
 
 def steps_of(seed: int, n: int, world: int, slow: float, jitter: float) -> np.ndarray:
