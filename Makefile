@@ -37,7 +37,7 @@ help:
 	@echo "make test-reliability - the fault-injection suite alone (S3 faults through a proxy, lost replies)"
 	@echo "make airflow  - the Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) (login printed)"
 	@echo "make demo-s3  - the demo against a local S3 server instead of a folder"
-	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: throughput, DDP, measured rank balance; batching; long prompts; variants), then one table"
+	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants), then one table"
 	@echo "make demo-dates - the demo's nightly chain for 14 dates and gate 5's pass rate (about 90 minutes)"
 
 $(BIN)/python:
@@ -96,6 +96,7 @@ bench: install
 	$(BIN)/python bench/prepare_bench.py
 	$(BIN)/python bench/prepare_scaling.py --repeats 3
 	$(BIN)/python bench/prepare_fanout.py
+	$(BIN)/python bench/loading_bench.py
 	$(BIN)/python bench/train_bench.py
 	$(BIN)/python bench/balance_bench.py
 	$(BIN)/python bench/batching_bench.py
