@@ -142,7 +142,8 @@ def test_smoke_preset_is_the_demo_at_check_size_with_lowered_quality_bars_only()
     assert smoke.deploy_gate == demo.deploy_gate and smoke.generate_gate == demo.generate_gate
     assert smoke.override({"raw": {"n": 2_000}, "curated_gate": {"min_rows": 500},
                            "train": {"steps": 1500, "eval_every": 500, "checkpoint_every": 500},
-                           "train_gate": {"max_final_val_loss": demo.train_gate.max_final_val_loss},
+                           "train_gate": {"max_final_val_loss": demo.train_gate.max_final_val_loss,
+                                          "max_imbalance": demo.train_gate.max_imbalance},
                            "deploy": dataclasses.asdict(demo.deploy),
                            "generate": {"prompts": 128},
                            "evaluate": dataclasses.asdict(demo.evaluate),

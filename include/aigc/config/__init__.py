@@ -93,7 +93,11 @@ def _smoke() -> PipelineConfig:
     # deploy and generation gates keep theirs.
     return _demo().override(
         {"raw": {"n": 300}, "curated_gate": {"min_rows": 200},
-         "train": {"steps": 40, "eval_every": 20, "checkpoint_every": 20}, "train_gate": {"max_final_val_loss": 0.1},
+         "train": {"steps": 40, "eval_every": 20, "checkpoint_every": 20},
+         # 40 steps are ~10 s of work: a neighbour on a shared host (CI runs two tests at once on 2 cores) slows
+         # one rank's CPU time by a few % for that long, systematically, so the run is too short to tell a 5%
+         # straggler apart from its host; a split that is wrong by 25% still fails.
+         "train_gate": {"max_final_val_loss": 0.1, "max_imbalance": 0.25},
          # Two variants: the baseline and INT8, whose build goes through the ONNX export and calibration
          # (every variant kind is built by tests/unit/registry/test_deploy.py); few timed repeats.
          "deploy": {"variants": "fp32,int8", "smoke_prompts": 8, "calibration_samples": 64, "latency_batch": 16,

@@ -15,6 +15,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -117,20 +118,32 @@ def _concat(arrays: list[np.ndarray], dtype) -> np.ndarray:
 
 class Batches:
     """Micro-batches (``make(samples)``: a workload's ``TrainingTask.batch``) for a list of sample-index arrays,
-    built ahead in a thread."""
+    built ahead in a thread.
+
+    The thread's CPU time is kept apart so that a rank's measured work (``timing.BusyClock``) holds each batch's
+    building once, as the batch is consumed (``take_build_s``), and not whatever share of the building a
+    scheduler happened to run during the rank's timed spans (``thread_cpu_s`` is subtracted from them): a rank
+    that waited at an all-reduce built its next batch there, untimed, and the slower rank did not."""
 
     def __init__(self, make: Callable[[np.ndarray], tuple[torch.Tensor, ...]], batches: list[np.ndarray],
                  prefetch: int):
         self.make, self.batches = make, batches
         self._queue: queue.Queue = queue.Queue(maxsize=prefetch)
         self._stop = threading.Event()
+        self._built_s = 0.0
+        self._final_cpu_s = 0.0
         self._thread = threading.Thread(target=self._fill, name="aigc-prefetch", daemon=True)
         self._thread.start()
+        try:
+            self._clock_id = time.pthread_getcpuclockid(self._thread.ident)
+        except (AttributeError, OSError):  # a platform without per-thread CPU clocks (or the thread has ended)
+            self._clock_id = None
 
     def _fill(self) -> None:
         try:
             for samples in self.batches:
-                item = self.make(samples)
+                t0 = time.thread_time()
+                item = (self.make(samples), time.thread_time() - t0)
                 while not self._stop.is_set():
                     try:
                         self._queue.put(item, timeout=0.1)
@@ -141,13 +154,32 @@ class Batches:
                     return
         except BaseException as e:  # handed to the consumer: a corrupt shard fails the step that needs it
             self._queue.put(e)
+        finally:
+            self._final_cpu_s = time.thread_time()
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         for _ in self.batches:
             item = self._queue.get()
             if isinstance(item, BaseException):
                 raise item
-            yield item
+            batch, built_s = item
+            self._built_s += built_s
+            yield batch
+
+    def take_build_s(self) -> float:
+        """CPU seconds the thread spent building the batches consumed since the last call (0 where the thread's
+        time cannot be kept apart: its building is then in the spans it overlapped)."""
+        built, self._built_s = self._built_s, 0.0
+        return built if self._clock_id is not None else 0.0
+
+    def thread_cpu_s(self) -> float:
+        """The building thread's CPU time so far (0 where the platform cannot read it)."""
+        if self._clock_id is None:
+            return 0.0
+        try:
+            return time.clock_gettime(self._clock_id)
+        except OSError:  # the thread has ended: its last reading
+            return self._final_cpu_s
 
     def close(self) -> None:
         self._stop.set()

@@ -165,6 +165,7 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
                     batches.close()
                 mine = [train_idx[s] for s in plan[k:, ctx.rank].reshape(-1, micro)]
                 batches_iter = iter(batches := Batches(task.batch, mine, t.prefetch_batches))
+                clock.background = batches.thread_cpu_s
                 if ctx.is_main:
                     log.info("epoch %d: imbalance %.4f (per step %.4f) of assigned cost over %d rank(s)",
                              epoch, *epoch_plan, ctx.world)
@@ -176,6 +177,7 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
                 last = a == t.grad_accum - 1
                 with clock.host():
                     batch = tuple(x.to(ctx.device, non_blocking=True) for x in next(batches_iter))
+                clock.add(batches.take_build_s())
                 with D.no_sync(ddp, last), D.autocast(precision, ctx.device):
                     with clock.device():
                         out = task.loss(ddp, batch, train=True)
