@@ -37,7 +37,7 @@ help:
 	@echo "make test-reliability - the fault-injection suite alone (S3 faults through a proxy, lost replies)"
 	@echo "make airflow  - the Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) (login printed)"
 	@echo "make demo-s3  - the demo against a local S3 server instead of a folder"
-	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants), then one table"
+	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants; the pipeline under Airflow vs the CLI), then one table"
 	@echo "make demo-dates - the demo's nightly chain for 14 dates and gate 5's pass rate (about 90 minutes)"
 
 $(BIN)/python:
@@ -102,6 +102,7 @@ bench: install
 	$(BIN)/python bench/batching_bench.py
 	$(BIN)/python bench/long_prompts_bench.py
 	$(BIN)/python bench/variants_bench.py
+	$(BIN)/python bench/pipeline_bench.py --preset smoke --repeats 3
 	$(BIN)/python bench/summary.py
 
 demo-dates: install
