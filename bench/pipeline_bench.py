@@ -137,16 +137,12 @@ def start_deployment(base: Path, lake: Path) -> AirflowStack:
 
 
 def airflow_home(base: Path) -> dict:
-    """An Airflow home of its own for ``dags test`` (as the tests' and ``make demo``'s), migrated."""
-    home = base / "dags-test-home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AIRFLOW", "AIGC_"))}
-    env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-                "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "GX_ANALYTICS_ENABLED": "False",
-                "NO_PROXY": "127.0.0.1,localhost"})
-    subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], env=env, check=True,
-                   capture_output=True, timeout=600)
-    return env
+    """An Airflow home of its own for ``dags test``, migrated; the deployment's settings (``AirflowStack.env``:
+    this repo's DAGs and plugins, LocalExecutor, SQLite), no component started."""
+    home = AirflowStack("pipeline-bench-dags-test", home=base / "dags-test-home", lake_uri="")
+    home.home.mkdir(parents=True)
+    home.cli("db", "migrate", timeout=600)
+    return home.env
 
 
 def summarise(runs: list[dict], modes: list[str]) -> dict:
