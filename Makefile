@@ -93,17 +93,7 @@ airflow: install
 	$(BIN)/airflow standalone
 
 bench: install
-	$(BIN)/python bench/prepare_bench.py
-	$(BIN)/python bench/prepare_scaling.py --repeats 3
-	$(BIN)/python bench/prepare_fanout.py
-	$(BIN)/python bench/loading_bench.py
-	$(BIN)/python bench/train_bench.py
-	$(BIN)/python bench/balance_bench.py
-	$(BIN)/python bench/batching_bench.py
-	$(BIN)/python bench/long_prompts_bench.py
-	$(BIN)/python bench/variants_bench.py
-	$(BIN)/python bench/pipeline_bench.py --preset smoke --repeats 3
-	$(BIN)/python bench/summary.py
+	$(BIN)/python bench/run_all.py
 
 demo-dates: install
 	$(BIN)/python bench/demo_dates.py --days 14

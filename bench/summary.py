@@ -55,7 +55,7 @@ def batching_rows(d) -> list[list]:
         best = r.get("best_planner") or r["oracle"]
         ratio = r.get("ours_vs_best_planner") or r["ours_vs_oracle"]
         rows.append(["B1 batching", f"adaptive batcher vs best fixed batch ({best}) in hindsight{budget}",
-                     f"{r['items']} {r['workload']} items", r["repeats"],
+                     f"{r['items']} {r['workload']} items", r.get("repeats", d.get("repeats")),
                      f"{ratio:.2f}x its items/s, OOM rate {r['oom_rate']:.2f}", "-", "n/a"])
     return rows
 
@@ -167,6 +167,40 @@ def pipeline_rows(d) -> list[list]:
     return rows
 
 
+def precision_rows(d) -> list[list]:
+    rows = []
+    data = f"demo drop at 64 px, {d['steps']} steps x {d['global_batch']}"
+    for config, p in d["probe"].items():
+        t = d["trained"].get(config)
+        probe = (f"{p['samples_per_s']:.0f} samples/s ({p['min_max'][0]:.0f}-{p['min_max'][1]:.0f}), peak "
+                 f"{p['peak_mib']:.0f} MiB (+{p['peak_above_held_mib']:.0f} a step)")
+        if t:
+            ci = t["alignment_ci"]
+            trained = (f"; val loss {t['final_val_loss']:.4f}, alignment {t['alignment']:.2f} [{ci['lo']:.2f}, "
+                       f"{ci['hi']:.2f}], {t['grad']['spikes']} norm spikes, {t['grad']['skipped_steps']} skipped")
+        else:
+            trained = f"; not trained ({d['not_trained'][config]})"
+        rows.append(["B8 resolution x precision", f"{config} on {p['device']}: probe speed and memory, then quality",
+                     data, f"probe {p['runs']}, train {1 if t else 0}", probe + trained, "-", "n/a"])
+    chosen = d.get("recommended")
+    rows.append(["B8 resolution x precision", "recommendation by the evaluation stage's rule (cheapest training "
+                 "time per sample not significantly below the best alignment)", data, len(d["trained"]),
+                 f"{chosen} -> {json.dumps(d['apply'])}; front: {', '.join(d['front'])}" if chosen else "none",
+                 "a Pareto table, plot and recommendation", _verdict(chosen is not None)])
+    return rows
+
+
+def bench_time_rows(d) -> list[list]:
+    if d.get("missing"):
+        return [["make bench", "wall time of every benchmark", "", "", f"not measured: no time for {d['missing']}",
+                 "", ""]]
+    longest = sorted(d["seconds"].items(), key=lambda kv: -kv[1])[:3]
+    whole = f"one run {d['one_run_s'] / 60:.1f} min" if d.get("one_run_s") else "the scripts' latest runs"
+    return [["make bench", f"wall time of every benchmark ({whole}, {d['measured'][:10]}); longest: "
+             + ", ".join(f"{name} {s / 60:.1f} min" for name, s in longest), "all of the above", 1,
+             f"{d['total_s'] / 60:.1f} min", "<= 25 min", _verdict(d["total_s"] <= 25 * 60)]]
+
+
 SOURCES: list[tuple[str, str, Callable[[dict], list[list]]]] = [
     ("prepare_scaling.json", "19 prep scaling", scaling_rows),
     ("prepare_fanout.json", "19 prep fan-out", fanout_rows),
@@ -178,8 +212,9 @@ SOURCES: list[tuple[str, str, Callable[[dict], list[list]]]] = [
     ("variants.json", "B6 variants", variants_rows),
     ("pipeline_smoke.json", "B7 pipeline", pipeline_rows),
     ("pipeline_demo.json", "B7 pipeline (demo)", pipeline_rows),
+    ("precision.json", "B8 resolution x precision", precision_rows),
+    ("bench_times.json", "make bench", bench_time_rows),
 ]
-NOT_BUILT = [("B8 resolution x precision", "32 vs 64 px, fp32 / bf16 / fp16")]
 
 
 def table() -> list[list]:
@@ -187,7 +222,6 @@ def table() -> list[list]:
     for name, label, extract in SOURCES:
         data = _load(name)
         rows += extract(data) if data else [[label, f"not run (no bench/results/{name})", "", "", "", "", ""]]
-    rows += [[label, what, "", "", "not measured yet (issue 20)", "", ""] for label, what in NOT_BUILT]
     return rows
 
 

@@ -60,7 +60,9 @@ def _png(img: Image.Image) -> bytes:
 
 
 def pareto_chart(points: list[dict], front: list[dict], chosen: dict | None,
-                 size: tuple[int, int] = (760, 460)) -> bytes:
+                 size: tuple[int, int] = (760, 460), *,
+                 title: str = "alignment (all attributes, with its interval) against latency per sample",
+                 x_label: str = "ms per sample (log scale)", legend: tuple[str, ...] | None = None) -> bytes:
     """Alignment (with its interval) against latency per sample on a log axis (variants' costs span
     40×), every point labelled variant/policy clear of the others, the front joined, the
     recommended configuration ringed."""
@@ -68,7 +70,7 @@ def pareto_chart(points: list[dict], front: list[dict], chosen: dict | None,
     left, right, top, bottom = 70, 150, 36, 50
     img = Image.new("RGB", size, "white")
     draw = ImageDraw.Draw(img)
-    draw.text((left, 10), "alignment (all attributes, with its interval) against latency per sample", fill="black")
+    draw.text((left, 10), title, fill="black")
     scored = [p for p in points if p.get("alignment") is not None and p["latency_ms"] > 0]
     if not scored:
         draw.text((w // 2 - 40, h // 2), "no data", fill="gray")
@@ -86,7 +88,7 @@ def pareto_chart(points: list[dict], front: list[dict], chosen: dict | None,
         yv, xv = y0 + (y1 - y0) * i / 4, 10 ** (x0 + (x1 - x0) * i / 4)
         draw.text((4, py(yv) - 6), f"{yv:.3g}", fill=(80, 80, 80))
         draw.text((px(xv) - 12, h - bottom + 6), f"{xv:.3g}", fill=(80, 80, 80))
-    draw.text((w // 2 - 80, h - 20), "ms per sample (log scale)", fill="black")
+    draw.text((w // 2 - 80, h - 20), x_label, fill="black")
     draw.text((4, top - 20), "alignment", fill="black")
     on_front = sorted((px(p["latency_ms"]), py(p["alignment"])) for p in front)
     if len(on_front) > 1:
@@ -97,15 +99,16 @@ def pareto_chart(points: list[dict], front: list[dict], chosen: dict | None,
         colour = PALETTE[variants.index(p["variant"]) % len(PALETTE)]
         x, y = px(p["latency_ms"]), py(p["alignment"])
         draw.line([(x, py(lo)), (x, py(hi))], fill=colour, width=1)
-        shape = draw.ellipse if p["policy"] == "adaptive" else draw.rectangle
+        shape = draw.ellipse if p.get("policy") == "adaptive" else draw.rectangle
         shape((x - 4, y - 4, x + 4, y + 4), fill=colour)
-        if chosen and (p["variant"], p["policy"]) == (chosen["variant"], chosen["policy"]):
+        if chosen and (p["variant"], p.get("policy")) == (chosen["variant"], chosen.get("policy")):
             draw.ellipse((x - 9, y - 9, x + 9, y + 9), outline="black", width=2)
-        label = f"{p['variant']}/{p['policy']}"
+        label = "/".join(filter(None, (p["variant"], p.get("policy"))))  # B8's points have no batch policy
         box = _free_spot(placed, x, y, 6 * len(label), 11)
         placed.append(box)
         draw.text(box[:2], label, fill=colour)
-    legend = ["dot: adaptive", "square: batch1", "grey line: the front", "ring: recommended", "bar: interval"]
+    legend = legend or ("dot: adaptive", "square: batch1", "grey line: the front", "ring: recommended",
+                        "bar: interval")
     for i, line in enumerate(legend):
         draw.text((w - right + 8, top + 6 + 14 * i), line, fill="black")
     return _png(img)

@@ -111,6 +111,11 @@ def pareto_front(points: list[dict], quality: str, cost: str) -> list[dict]:
 POLICY_PREFERENCE = ("adaptive", "batch1")
 
 
+def _preference(policy: str | None) -> int:
+    """Points without a batch policy (bench B8's training configurations) come after those with one."""
+    return POLICY_PREFERENCE.index(policy) if policy in POLICY_PREFERENCE else len(POLICY_PREFERENCE)
+
+
 def recommend(points: list[dict], verdicts: dict[str, Sequence[bool]], *, epsilon: float, confidence: float,
               latency_tolerance: float) -> tuple[dict | None, list[dict]]:
     """The cheapest configuration not significantly worse than the best, and every point annotated.
@@ -148,5 +153,5 @@ def recommend(points: list[dict], verdicts: dict[str, Sequence[bool]], *, epsilo
     for p in annotated:
         p["cost_tie"] = p["as_good"] and not any(beats(q, p) for q in good)
     chosen = min((p for p in annotated if p["cost_tie"]),
-                 key=lambda p: (p.get("size_bytes") or 0, POLICY_PREFERENCE.index(p["policy"]), p["variant"]))
+                 key=lambda p: (p.get("size_bytes") or 0, _preference(p.get("policy")), p["variant"]))
     return chosen, annotated

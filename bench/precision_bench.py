@@ -1,0 +1,325 @@
+"""B8, the seeds' open question: training resolution (32 vs 64 px) × precision (fp32, bf16, fp16 with a scaler).
+
+    python bench/precision_bench.py [--steps 300] [--rounds 3] [--prompts 128] [--configs 32/fp32 64/bf16 …]
+
+Same data and budget for every configuration: one demo drop drawn at 64 px (the 32 px model reads it resized, as
+the pipeline does), the demo's training settings and the same number of optimizer steps of the same global batch.
+
+1. Step probe: one rank's training step (micro-batch 32, the demo's share of a rank; one thread on the CPU) built
+   from the training loop's own pieces (``train.distributed.autocast``, ``train.loop.optimizer_step``), each
+   configuration in a fresh process, all of them in turn in each of ``--rounds`` rounds: samples/s (median, min,
+   max) and peak memory: on CUDA ``torch.cuda.max_memory_allocated``; on the CPU the resident set's high-water
+   mark (``/proc/self/status`` VmHWM, reset through ``clear_refs``). Both: in all, and above what a process holds
+   between steps (weights, optimizer state).
+2. Training: each trainable configuration trained by ``aigc train``'s function (torchrun, the demo's ranks) for
+   ``--steps``: final validation loss, gradient-norm spikes (a step's norm over 5× the median of the 50 before it),
+   steps the fp16 scaler skipped, samples/s, wall time; then its model's alignment on ``--prompts`` evaluation
+   prompts (the checker's all-attributes verdict, Wilson 95% interval).
+3. The recommendation, by the evaluation stage's own rule (``aigc.evaluate.metrics.recommend``): the configuration
+   cheapest in training time per sample in every probe round among those whose alignment is not significantly
+   below the best's (paired interval on the same prompts and seeds); peak memory breaks ties. It is written as the
+   config override that applies it (``PipelineConfig.override``), with the Pareto front and a plot.
+
+fp16 on a CPU: the probe measures it (PyTorch has no fast fp16 CPU kernels: it runs over 10× slower than fp32), but
+it is not trained: ``TrainConfig.precision='fp16'`` needs CUDA. With a GPU every configuration is trained on it.
+The last line is one JSON object, also written to ``bench/results/precision.json`` (plot: ``precision.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "precision.json"
+PLOT = RESULTS.with_suffix(".png")
+DATE = "2026-11-28"
+CONFIGS = ("32/fp32", "32/bf16", "32/fp16", "64/fp32", "64/bf16", "64/fp16")
+PROBE_BATCH = 32
+SPIKE_WINDOW, SPIKE_K = 50, 5.0
+
+
+def parse(config: str) -> tuple[int, str]:
+    side, precision = config.split("/")
+    return int(side), precision
+
+
+# --- 1. the step probe (runs in its own process: ``--probe 64/bf16``) -------------------------------------------
+
+def _resident() -> tuple[int, int]:
+    """(VmRSS, VmHWM) of this process in bytes."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+
+
+def probe(config: str, device_name: str, steps: int, max_s: float) -> dict:
+    """Time ``steps`` training steps of one rank (at least 2, fewer than ``steps`` once ``max_s`` is spent) after
+    one warm-up step, and the memory they peak at."""
+    import torch
+
+    from aigc.config import ModelConfig
+    from aigc.models import ConditionalVAE, Vocab
+    from aigc.shapes import random_scene, render
+    from aigc.train import distributed as D
+    from aigc.train.loop import optimizer_step
+
+    side, precision = parse(config)
+    device = torch.device(device_name)
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    rng = random.Random(0)
+    scenes = [random_scene(rng) for _ in range(PROBE_BATCH)]
+    cfg = ModelConfig(resolution=side)
+    vocab = Vocab.build(s.caption for s in scenes)
+    pixels = np.stack([np.asarray(render(s, side).convert("RGB")) for s in scenes])
+    images = (torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255).to(device)
+    ids = vocab.encode([s.caption for s in scenes], cfg.max_tokens).to(device)
+    torch.manual_seed(0)
+    model = ConditionalVAE(len(vocab), cfg).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def step() -> None:
+        with D.autocast(precision, device):
+            out = model(images, ids)
+        scaler.scale(out.loss).backward()
+        optimizer_step(scaler, opt, model.parameters(), 1.0)
+        opt.zero_grad(set_to_none=True)
+
+    step()  # the first step allocates the optimizer state and autocast's weight copies
+    sync()
+    if device.type == "cuda":
+        held = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        held, _ = _resident()
+        Path("/proc/self/clear_refs").write_text("5")  # the high-water mark starts again from the resident set
+    times: list[float] = []
+    while len(times) < steps and not (len(times) >= 2 and sum(times) > max_s):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _resident()[1]
+    return {"config": config, "device": device.type, "steps": len(times),
+            "samples_per_s": PROBE_BATCH / statistics.median(times), "peak_bytes": peak,
+            "peak_above_held_bytes": max(0, peak - held),
+            "memory": "torch.cuda.max_memory_allocated" if device.type == "cuda" else "VmHWM (resident set)"}
+
+
+def run_probes(configs: list[str], device: str, rounds: int, steps: int, max_s: float) -> dict:
+    """Every configuration in a fresh process, all of them in turn in each round (the order rotates)."""
+    runs: dict[str, list[dict]] = {c: [] for c in configs}
+    for r in range(rounds):
+        for config in configs[r % len(configs):] + configs[:r % len(configs)]:
+            out = subprocess.run([sys.executable, __file__, "--probe", config, "--device", device,
+                                  "--probe-steps", str(steps), "--probe-max-s", str(max_s)],
+                                 capture_output=True, text=True, check=False)
+            if out.returncode:
+                sys.exit(f"probe {config} failed: {out.stderr[-2000:]}")
+            runs[config].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            m = runs[config][-1]
+            print(f"B8 probe round {r + 1}: {config:8s} {m['samples_per_s']:8.1f} samples/s, peak "
+                  f"{m['peak_bytes'] / 2**20:.0f} MiB ({m['peak_above_held_bytes'] / 2**20:.1f} above held)",
+                  file=sys.stderr, flush=True)
+    out = {}
+    for config, ms in runs.items():
+        speeds = [m["samples_per_s"] for m in ms]
+        out[config] = {"samples_per_s": round(statistics.median(speeds), 2),
+                       "min_max": [round(min(speeds), 2), round(max(speeds), 2)], "runs": len(ms),
+                       "ms_per_sample_rounds": [round(1000 / s, 4) for s in speeds],
+                       "steps_per_run": [m["steps"] for m in ms],
+                       "peak_mib": round(statistics.median(m["peak_bytes"] for m in ms) / 2**20, 1),
+                       "peak_above_held_mib": round(statistics.median(m["peak_above_held_bytes"] for m in ms) / 2**20,
+                                                    2),
+                       "memory": ms[0]["memory"], "device": ms[0]["device"]}
+    return out
+
+
+# --- 2. training and quality --------------------------------------------------------------------------------------
+
+def grad_spikes(norms: list[float], skipped: list[int], window: int = SPIKE_WINDOW, k: float = SPIKE_K) -> dict:
+    """Steps whose gradient norm exceeds ``k`` × the median of the ``window`` counted steps before it (steps the
+    fp16 scaler skipped, whose norm is the overflow itself, are counted apart and left out)."""
+    kept: list[float] = []
+    spikes, worst = 0, 0.0
+    for norm, skip in zip(norms, skipped, strict=True):
+        if skip or not math.isfinite(norm):
+            continue
+        if len(kept) >= window:
+            ratio = norm / max(statistics.median(kept[-window:]), 1e-12)
+            worst = max(worst, ratio)
+            spikes += ratio > k
+        kept.append(norm)
+    return {"spikes": spikes, "worst_ratio": round(worst, 2), "skipped_steps": int(sum(skipped)),
+            "rule": f"norm > {k:g}x the median of the {window} steps before"}
+
+
+def config_for(config: str, steps: int):
+    from aigc.config import preset
+
+    side, precision = parse(config)
+    return preset("demo").override({
+        "raw": {"resolution": 64}, "prepare": {"resolution": 64},
+        "model": {"name": f"b8-{side}px-{precision}", "resolution": side},
+        "train": {"precision": precision, "steps": steps, "eval_every": steps, "checkpoint_every": steps}})
+
+
+def ensure_data(lake, steps: int) -> None:
+    from aigc.lake.keys import partition
+    from aigc.lake.publish import NotPublished, resolve
+    from aigc.prepare import make_raw_drop, prepare, publish_prepared
+
+    cfg = config_for("64/fp32", steps)
+    try:
+        resolve(lake, partition("curated", cfg.prepare.dataset, DATE))
+    except NotPublished:
+        raw = lake.sub(f"raw/{cfg.raw.source}")
+        make_raw_drop(raw, DATE, cfg.raw)
+        summary = prepare(raw, lake, DATE, cfg.prepare)
+        publish_prepared(lake, cfg.prepare.dataset, DATE, summary["run_id"])
+
+
+def train_and_score(lake, config: str, steps: int, prompts: list[dict], confidence: float) -> dict:
+    import torch
+
+    from aigc.evaluate.metrics import assess
+    from aigc.evaluate.stats import wilson
+    from aigc.lake.keys import join
+    from aigc.registry.loader import Generator, runner_for
+    from aigc.train.artifacts import METRICS, MODEL_CARD, WEIGHTS, training_run_prefix
+    from aigc.train.launch import run_training
+
+    cfg = config_for(config, steps)
+    started = time.perf_counter()
+    summary = run_training(lake, DATE, cfg, on_line=lambda _line: None)
+    wall = time.perf_counter() - started
+    prefix = training_run_prefix(cfg.model.name, DATE, summary["run_id"])
+    metrics = lake.read_parquet([join(prefix, METRICS)]).to_pylist()
+    trained = [r for r in metrics if r["step"] > 0]
+    card = lake.get_json(join(prefix, MODEL_CARD))
+    runner, vocab, model_cfg, dtype = runner_for(card, "fp32", lake.get_bytes(join(prefix, WEIGHTS)),
+                                                 torch.device("cpu"))
+    gen = Generator(runner, vocab, model_cfg, version=summary["run_id"], variant="fp32", device=torch.device("cpu"),
+                    dtype=dtype)
+    texts, seeds = [p["prompt"] for p in prompts], [p["seed"] for p in prompts]
+    images = [im for lo in range(0, len(texts), 64)
+              for im in gen.generate(texts[lo:lo + 64], seeds[lo:lo + 64]).numpy()]
+    verdicts = [bool(r.get("all_correct")) for r in assess(images, texts)["rows"]]
+    alignment = wilson(sum(verdicts), len(verdicts), confidence)
+    out = {"run_id": summary["run_id"], "steps": summary["steps"], "precision": summary["precision"],
+           "world_size": summary["world_size"], "wall_s": round(wall, 1),
+           "samples_per_s": summary["median_samples_per_s"], "final_val_loss": summary["final_val_loss"],
+           "initial_val_loss": summary["initial_val_loss"],
+           "grad": grad_spikes([r["grad_norm"] for r in trained], [int(r.get("skipped_step") or 0) for r in trained]),
+           "alignment": alignment.value, "alignment_ci": alignment.to_dict(), "verdicts": verdicts}
+    print(f"B8 train {config:8s} {wall:6.1f} s, val loss {out['final_val_loss']:.5f}, alignment {alignment}, "
+          f"{out['grad']['spikes']} spike(s), {out['grad']['skipped_steps']} skipped", file=sys.stderr, flush=True)
+    return out
+
+
+# --- 3. the recommendation ----------------------------------------------------------------------------------------
+
+def recommendation(probes: dict, trained: dict, epsilon: float, confidence: float, tolerance: float) -> dict:
+    """The evaluation stage's rule over the trained configurations: cost = training ms per sample in each probe
+    round, size = peak memory; the chosen one as the config override that applies it."""
+    from aigc.evaluate.metrics import pareto_front, recommend
+
+    points = [{"variant": c, "alignment": t["alignment"], "alignment_ci": t["alignment_ci"],
+               "latency_ms": round(1000 / probes[c]["samples_per_s"], 4),
+               "latency_rounds_ms": probes[c]["ms_per_sample_rounds"],
+               "size_bytes": int(probes[c]["peak_mib"] * 2**20), "final_val_loss": t["final_val_loss"]}
+              for c, t in trained.items()]
+    chosen, points = recommend(points, {c: t["verdicts"] for c, t in trained.items()}, epsilon=epsilon,
+                               confidence=confidence, latency_tolerance=tolerance)
+    front = pareto_front([p for p in points if p["alignment"] is not None], "alignment", "latency_ms")
+    apply, cli = None, None
+    if chosen:
+        side, precision = parse(chosen["variant"])
+        apply = {"model": {"resolution": side}, "train": {"precision": precision}}
+        cli = f"aigc train --resolution {side} --precision {precision}"
+    return {"points": points, "front": [p["variant"] for p in front], "recommended": chosen and chosen["variant"],
+            "apply": apply, "cli": cli,
+            "rule": f"cheapest (training ms per sample, faster by > {tolerance:.0%} in every probe round) of the "
+                    f"configurations whose alignment is not significantly below the best's by more than {epsilon} "
+                    f"(paired {confidence:.0%} interval); peak memory breaks ties (aigc.evaluate.metrics.recommend)"}
+
+
+def plot(rec: dict) -> bytes:
+    from aigc.plots import pareto_chart
+
+    chosen = next((p for p in rec["points"] if p["variant"] == rec["recommended"]), None)
+    front = [p for p in rec["points"] if p["variant"] in rec["front"]]
+    return pareto_chart(rec["points"], front, chosen, title="B8: alignment after the same training budget against "
+                        "training time per sample", x_label="training ms per sample (log scale)",
+                        legend=("label: px/precision", "grey line: the front", "ring: recommended", "bar: interval"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=300, help="optimizer steps of every training run (the budget)")
+    ap.add_argument("--rounds", type=int, default=3, help="probe rounds")
+    ap.add_argument("--probe-steps", type=int, default=8)
+    ap.add_argument("--probe-max-s", type=float, default=8.0, help="a probe stops after this long (≥ 2 steps)")
+    ap.add_argument("--prompts", type=int, default=128, help="evaluation prompts per trained model")
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    ap.add_argument("--root", default=".bench/precision", help="bench lake folder (the drop is kept between runs)")
+    ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.probe:
+        print(json.dumps(probe(args.probe, args.device or "cpu", args.probe_steps, args.probe_max_s)))
+        return
+
+    import torch
+
+    from aigc.config import EvaluateConfig
+    from aigc.evaluate.reference import evaluation_prompts
+    from aigc.lake import open_lake
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    started = time.perf_counter()
+    probes = run_probes(args.configs, device, args.rounds, args.probe_steps, args.probe_max_s)
+    trainable = [c for c in args.configs if parse(c)[1] != "fp16" or device == "cuda"]
+    lake = open_lake(str(Path(args.root).resolve()))
+    ensure_data(lake, args.steps)
+    e = EvaluateConfig()
+    prompts = evaluation_prompts(args.prompts, e.seed)
+    trained = {c: train_and_score(lake, c, args.steps, prompts, e.confidence) for c in trainable}
+    rec = recommendation(probes, trained, e.epsilon, e.confidence, e.latency_tolerance)
+    batch = config_for(CONFIGS[0], args.steps).train.batch_size
+    result = {"device": device, "steps": args.steps, "global_batch": batch, "prompts": len(prompts), "probe": probes,
+              "trained": {c: {k: v for k, v in t.items() if k != "verdicts"} for c, t in trained.items()},
+              "not_trained": {c: "TrainConfig.precision=fp16 needs CUDA" for c in args.configs if c not in trained},
+              **rec, "seconds": round(time.perf_counter() - started, 1)}
+    print("\nB8      samples/s (probe)   peak MiB   val loss   alignment [95%]          spikes  skipped",
+          file=sys.stderr)
+    for c in args.configs:
+        p, t = probes[c], trained.get(c)
+        tail = (f"{t['final_val_loss']:.5f}   {t['alignment']:.3f} [{t['alignment_ci']['lo']:.3f}, "
+                f"{t['alignment_ci']['hi']:.3f}]   {t['grad']['spikes']:>6}  {t['grad']['skipped_steps']:>7}"
+                if t else "not trained: fp16 needs CUDA")
+        print(f"{c:8s} {p['samples_per_s']:>10.1f} ({p['min_max'][0]:.0f}-{p['min_max'][1]:.0f})  "
+              f"{p['peak_mib']:>8.0f}   {tail}", file=sys.stderr)
+    print(f"recommended: {rec['recommended']} ({rec['cli']})", file=sys.stderr)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    PLOT.write_bytes(plot(rec))
+    print(json.dumps({k: result[k] for k in ("device", "steps", "recommended", "apply", "front", "seconds")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""B8's arithmetic and its probe: gradient-norm spikes, the recommendation by the evaluation stage's rule, the
+table's rows, and one real probe of a training step on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aigc.config import preset
+
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_norm_over_five_times_the_recent_median_is_a_spike_and_scaler_skips_are_counted_apart():
+    bench = _module("precision_bench")
+    norms = [1.0] * 60 + [6.0] + [1.0] * 10 + [float("inf"), 4.0]
+    skipped = [0] * 71 + [1, 0]
+    out = bench.grad_spikes(norms, skipped)
+    assert out["spikes"] == 1 and out["worst_ratio"] == 6.0 and out["skipped_steps"] == 1
+    # Before the window fills there is no median to compare with: an early large norm is warm-up, not a spike.
+    assert bench.grad_spikes([50.0] + [1.0] * 10, [0] * 11)["spikes"] == 0
+
+
+def _probe(ms: float) -> dict:
+    return {"samples_per_s": 1000 / ms, "ms_per_sample_rounds": [ms, ms * 1.01, ms * 0.99], "peak_mib": 500.0}
+
+
+def _trained(hits: int, n: int = 128) -> dict:
+    verdicts = [True] * hits + [False] * (n - hits)
+    return {"alignment": hits / n, "alignment_ci": {"lo": 0, "hi": 1}, "final_val_loss": 0.01, "verdicts": verdicts}
+
+
+def test_the_cheapest_configuration_as_good_as_the_best_is_recommended_as_an_override_that_applies():
+    bench = _module("precision_bench")
+    probes = {"32/fp32": _probe(5.0), "32/bf16": _probe(3.5), "64/fp32": _probe(16.0), "64/bf16": _probe(11.0)}
+    # 64 px learns the task better: the 32 px runs are far below, so the cheaper of the 64 px ones wins.
+    trained = {"32/fp32": _trained(40), "32/bf16": _trained(38), "64/fp32": _trained(100), "64/bf16": _trained(99)}
+    rec = bench.recommendation(probes, trained, epsilon=0.02, confidence=0.95, tolerance=0.25)
+    assert rec["recommended"] == "64/bf16" and rec["cli"] == "aigc train --resolution 64 --precision bf16"
+    cfg = preset("demo").override(rec["apply"])
+    assert (cfg.model.resolution, cfg.train.precision) == (64, "bf16")
+    assert set(rec["front"]) <= set(trained) and "64/bf16" in rec["front"]
+    # Equal quality everywhere: the fastest in every probe round wins.
+    even = {c: _trained(90) for c in trained}
+    assert bench.recommendation(probes, even, epsilon=0.02, confidence=0.95, tolerance=0.25)["recommended"] == "32/bf16"
+
+
+def test_the_table_has_a_row_per_configuration_and_the_recommendation():
+    summary = _module("summary")
+    probe = {"samples_per_s": 200.0, "min_max": [190.0, 210.0], "runs": 3, "peak_mib": 450.0,
+             "peak_above_held_mib": 30.0, "device": "cpu"}
+    trained = {"alignment": 0.5, "alignment_ci": {"lo": 0.4, "hi": 0.6}, "final_val_loss": 0.01,
+               "grad": {"spikes": 0, "skipped_steps": 0}}
+    d = {"steps": 300, "global_batch": 64, "probe": {"32/fp32": probe, "32/fp16": probe},
+         "trained": {"32/fp32": trained}, "not_trained": {"32/fp16": "TrainConfig.precision=fp16 needs CUDA"},
+         "recommended": "32/fp32", "apply": {"model": {"resolution": 32}, "train": {"precision": "fp32"}},
+         "front": ["32/fp32"]}
+    rows = summary.precision_rows(d)
+    assert len(rows) == 3 and "not trained" in rows[1][4] and rows[-1][-1] == "met"
+    times = {"seconds": {"a": 60.0}, "total_s": 1600.0, "measured": "2026-12-04", "missing": []}
+    assert summary.bench_time_rows(times)[0][-1] == "MISSED"
+    assert "not measured" in summary.bench_time_rows({**times, "missing": ["b.py"]})[0][4]
+
+
+@pytest.mark.timeout(120)
+def test_the_probe_times_real_training_steps_and_reads_the_memory_they_peak_at():
+    out = subprocess.run([sys.executable, str(BENCH / "precision_bench.py"), "--probe", "32/fp32",
+                          "--probe-steps", "2", "--probe-max-s", "1"], capture_output=True, text=True, check=True)
+    m = json.loads(out.stdout.strip().splitlines()[-1])
+    assert m["steps"] == 2 and m["samples_per_s"] > 0
+    # A 32-image step holds its activations and gradients (megabytes) above what stays between steps.
+    assert m["peak_above_held_bytes"] > 1 << 20 and m["peak_bytes"] > m["peak_above_held_bytes"]
+
+
+def test_the_table_reads_batching_results_as_the_bench_writes_them():
+    # batching_bench.py writes its repeats once for the file; rows merged from several commands carry their own.
+    summary = _module("summary")
+    row = {"workload": "image", "items": 1000, "budget_bytes": None, "oracle": "fixed_32", "ours_vs_oracle": 0.9,
+           "oom_rate": 0.0}
+    assert summary.batching_rows({"repeats": 3, "rows": [row]})[0][3] == 3
+    assert summary.batching_rows({"rows": [{**row, "repeats": 5}]})[0][3] == 5
