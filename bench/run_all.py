@@ -44,6 +44,12 @@ def main() -> None:
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     seconds = dict(kept.get("seconds", {}))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    gpu = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                         capture_output=True, text=True).stdout.strip() == "True"
+    if not gpu:
+        print("GPU section skipped: no CUDA device here (torch.cuda.is_available() is False). With one, B8 trains "
+              "every configuration on it (fp16 included), B6 times each variant where it serves and B1 adds its "
+              "GPU rows; B2 and B5 measure the CPU path only.", file=sys.stderr, flush=True)
     started = time.perf_counter()
     for script, *flags in chosen:
         print(f"\n=== {script} {' '.join(flags)}", file=sys.stderr, flush=True)
@@ -53,7 +59,7 @@ def main() -> None:
         RESULTS.write_text(json.dumps({**kept, "seconds": seconds}, indent=2) + "\n")  # progress, if stopped
         if rc:
             sys.exit(f"{script} failed with exit status {rc}")
-    record = {**kept, "seconds": seconds, "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    record = {**kept, "seconds": seconds, "gpu": gpu, "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               # Every script's latest time: their sum is what one `make bench` takes, once each has a time.
               "total_s": round(sum(seconds.get(s[0].removesuffix(".py"), 0.0) for s in SCRIPTS), 1),
               "missing": [s[0] for s in SCRIPTS if s[0].removesuffix(".py") not in seconds]}

@@ -3,19 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-
-
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _span(name, start_s, end_s):
@@ -23,8 +10,8 @@ def _span(name, start_s, end_s):
     return (name, t0 + dt.timedelta(seconds=start_s), t0 + dt.timedelta(seconds=end_s))
 
 
-def test_busy_time_counts_overlapping_and_nested_spans_once_and_leaves_the_gaps_out():
-    bench = _module("pipeline_bench")
+def test_busy_time_counts_overlapping_and_nested_spans_once_and_leaves_the_gaps_out(bench_module):
+    bench = bench_module("pipeline_bench")
     spans = [_span("a", 0, 10), _span("b[0]", 12, 20), _span("b[1]", 13, 25), _span("c", 14, 16),
              _span("d", 30, 31)]
     assert bench.busy_seconds(spans) == 10 + 13 + 1
@@ -33,8 +20,8 @@ def test_busy_time_counts_overlapping_and_nested_spans_once_and_leaves_the_gaps_
     assert list(measured["longest_tasks_s"]) == ["b[1]", "a", "b[0]"]
 
 
-def test_the_table_reads_overhead_against_the_cli_and_the_demo_time_goal():
-    summary = _module("summary")
+def test_the_table_reads_overhead_against_the_cli_and_the_demo_time_goal(bench_module):
+    summary = bench_module("summary")
 
     def stats(value):
         return {"median": value, "min_max": [value, value], "runs": 3}

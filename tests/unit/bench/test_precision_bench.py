@@ -3,7 +3,6 @@ table's rows, and one real probe of a training step on the CPU."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,16 +15,10 @@ from aigc.config import preset
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 
 
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-def test_a_norm_over_five_times_the_recent_median_is_a_spike_and_scaler_skips_are_counted_apart():
-    bench = _module("precision_bench")
+def test_a_norm_over_five_times_the_recent_median_is_a_spike_and_scaler_skips_are_counted_apart(bench_module):
+    bench = bench_module("precision_bench")
     norms = [1.0] * 60 + [6.0] + [1.0] * 10 + [float("inf"), 4.0]
     skipped = [0] * 71 + [1, 0]
     out = bench.grad_spikes(norms, skipped)
@@ -43,8 +36,8 @@ def _trained(hits: int, n: int = 128) -> dict:
     return {"alignment": hits / n, "alignment_ci": {"lo": 0, "hi": 1}, "final_val_loss": 0.01, "verdicts": verdicts}
 
 
-def test_the_cheapest_configuration_as_good_as_the_best_is_recommended_as_an_override_that_applies():
-    bench = _module("precision_bench")
+def test_the_cheapest_configuration_as_good_as_the_best_is_recommended_as_an_override_that_applies(bench_module):
+    bench = bench_module("precision_bench")
     probes = {"32/fp32": _probe(5.0), "32/bf16": _probe(3.5), "64/fp32": _probe(16.0), "64/bf16": _probe(11.0)}
     # 64 px learns the task better: the 32 px runs are far below, so the cheaper of the 64 px ones wins.
     trained = {"32/fp32": _trained(40), "32/bf16": _trained(38), "64/fp32": _trained(100), "64/bf16": _trained(99)}
@@ -58,8 +51,8 @@ def test_the_cheapest_configuration_as_good_as_the_best_is_recommended_as_an_ove
     assert bench.recommendation(probes, even, epsilon=0.02, confidence=0.95, tolerance=0.25)["recommended"] == "32/bf16"
 
 
-def test_the_table_has_a_row_per_configuration_and_the_recommendation():
-    summary = _module("summary")
+def test_the_table_has_a_row_per_configuration_and_the_recommendation(bench_module):
+    summary = bench_module("summary")
     probe = {"samples_per_s": 200.0, "min_max": [190.0, 210.0], "runs": 3, "peak_mib": 450.0,
              "peak_above_held_mib": 30.0, "device": "cpu"}
     trained = {"alignment": 0.5, "alignment_ci": {"lo": 0.4, "hi": 0.6}, "final_val_loss": 0.01,
@@ -85,9 +78,9 @@ def test_the_probe_times_real_training_steps_and_reads_the_memory_they_peak_at()
     assert m["peak_above_held_bytes"] > 1 << 20 and m["peak_bytes"] > m["peak_above_held_bytes"]
 
 
-def test_the_table_reads_batching_results_as_the_bench_writes_them():
+def test_the_table_reads_batching_results_as_the_bench_writes_them(bench_module):
     # batching_bench.py writes its repeats once for the file; rows merged from several commands carry their own.
-    summary = _module("summary")
+    summary = bench_module("summary")
     row = {"workload": "image", "items": 1000, "budget_bytes": None, "oracle": "fixed_32", "ours_vs_oracle": 0.9,
            "oom_rate": 0.0}
     assert summary.batching_rows({"repeats": 3, "rows": [row]})[0][3] == 3
