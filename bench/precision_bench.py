@@ -22,7 +22,8 @@ the pipeline does), the demo's training settings and the same number of optimize
 
 fp16 on a CPU: the probe measures it (PyTorch has no fast fp16 CPU kernels: it runs over 10× slower than fp32), but
 it is not trained: ``TrainConfig.precision='fp16'`` needs CUDA. With a GPU every configuration is trained on it.
-The last line is one JSON object, also written to ``bench/results/precision.json`` (plot: ``precision.png``).
+The last line is one JSON object, also written to ``bench/results/precision.json`` (plot: ``precision.png``;
+``--results`` elsewhere: the demo's full budget is ``--steps 1500 --results bench/results/precision_1500.json``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "precision.json"
-PLOT = RESULTS.with_suffix(".png")
 DATE = "2026-11-28"
 CONFIGS = ("32/fp32", "32/bf16", "32/fp16", "64/fp32", "64/bf16", "64/fp16")
 PROBE_BATCH = 32
@@ -278,6 +278,7 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     ap.add_argument("--root", default=".bench/precision", help="bench lake folder (the drop is kept between runs)")
+    ap.add_argument("--results", default=str(RESULTS), help="JSON out (the plot beside it, .png)")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.probe:
@@ -315,9 +316,10 @@ def main() -> None:
         print(f"{c:8s} {p['samples_per_s']:>10.1f} ({p['min_max'][0]:.0f}-{p['min_max'][1]:.0f})  "
               f"{p['peak_mib']:>8.0f}   {tail}", file=sys.stderr)
     print(f"recommended: {rec['recommended']} ({rec['cli']})", file=sys.stderr)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    PLOT.write_bytes(plot(rec))
+    out = Path(args.results)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    out.with_suffix(".png").write_bytes(plot(rec))
     print(json.dumps({k: result[k] for k in ("device", "steps", "recommended", "apply", "front", "seconds")}))
 
 

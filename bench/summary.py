@@ -213,6 +213,7 @@ SOURCES: list[tuple[str, str, Callable[[dict], list[list]]]] = [
     ("pipeline_smoke.json", "B7 pipeline", pipeline_rows),
     ("pipeline_demo.json", "B7 pipeline (demo)", pipeline_rows),
     ("precision.json", "B8 resolution x precision", precision_rows),
+    ("precision_1500.json", "B8 at the demo's budget", precision_rows),
     ("bench_times.json", "make bench", bench_time_rows),
 ]
 
