@@ -1,6 +1,6 @@
 """One table of every benchmark's latest figures, read from ``bench/results/*.json`` (what ``make bench`` wrote).
 
-    python bench/summary.py [--markdown bench/results/summary.md]
+    python bench/summary.py [--markdown bench/results/summary.md] [--readme README.md]
 
 Each row: what it compares, the data size, the runs behind the figure, the result against the strongest
 simple alternative, the goal and whether it was met. A comparison with no result file says so (``not run``);
@@ -233,6 +233,8 @@ def machine() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", default=str(RESULTS / "summary.md"))
+    ap.add_argument("--readme", default=str(RESULTS.parents[1] / "README.md"),
+                    help="the README whose marked block gets the table ('' to leave it)")
     args = ap.parse_args()
     head = ["id", "compares", "data", "runs", "result (median)", "goal", "verdict"]
     rows = table()
@@ -243,6 +245,20 @@ def main() -> None:
     md = [f"Measured on {machine()}.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     Path(args.markdown).write_text("\n".join(md) + "\n")
+    if args.readme:
+        readme = Path(args.readme)
+        readme.write_text(with_table(readme.read_text(), "\n".join(md)))
+
+
+START, END = "<!-- bench summary: written by bench/summary.py -->", "<!-- end of bench summary -->"
+
+
+def with_table(text: str, table_md: str) -> str:
+    """``text`` with the block between the README's two markers replaced by ``table_md`` (unchanged without them)."""
+    if START not in text or END not in text:
+        return text
+    head, rest = text.split(START, 1)
+    return f"{head}{START}\n{table_md}\n{END}{rest.split(END, 1)[1]}"
 
 
 if __name__ == "__main__":

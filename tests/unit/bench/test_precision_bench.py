@@ -85,3 +85,12 @@ def test_the_table_reads_batching_results_as_the_bench_writes_them(bench_module)
            "oom_rate": 0.0}
     assert summary.batching_rows({"repeats": 3, "rows": [row]})[0][3] == 3
     assert summary.batching_rows({"rows": [{**row, "repeats": 5}]})[0][3] == 5
+
+
+def test_the_readme_block_is_replaced_whole_and_a_readme_without_markers_is_left_alone(bench_module):
+    summary = bench_module("summary")
+    text = f"intro\n{summary.START}\nold table\n{summary.END}\noutro\n"
+    once = summary.with_table(text, "| new |")
+    assert once == f"intro\n{summary.START}\n| new |\n{summary.END}\noutro\n"
+    assert summary.with_table(once, "| new |") == once
+    assert summary.with_table("no markers here\n", "| new |") == "no markers here\n"
