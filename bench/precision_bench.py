@@ -196,12 +196,11 @@ def ensure_data(lake, steps: int) -> None:
 def train_and_score(lake, config: str, steps: int, prompts: list[dict], confidence: float) -> dict:
     import torch
 
-    from aigc.evaluate.metrics import assess
-    from aigc.evaluate.stats import wilson
+    from aigc.evaluate.grid import variant_quality
     from aigc.lake.keys import join
-    from aigc.registry.loader import Generator, runner_for
     from aigc.train.artifacts import METRICS, MODEL_CARD, WEIGHTS, training_run_prefix
     from aigc.train.launch import run_training
+    from aigc.workloads import load_workload
 
     cfg = config_for(config, steps)
     started = time.perf_counter()
@@ -210,16 +209,11 @@ def train_and_score(lake, config: str, steps: int, prompts: list[dict], confiden
     prefix = training_run_prefix(cfg.model.name, DATE, summary["run_id"])
     metrics = lake.read_parquet([join(prefix, METRICS)]).to_pylist()
     trained = [r for r in metrics if r["step"] > 0]
-    card = lake.get_json(join(prefix, MODEL_CARD))
-    runner, vocab, model_cfg, dtype = runner_for(card, "fp32", lake.get_bytes(join(prefix, WEIGHTS)),
-                                                 torch.device("cpu"))
-    gen = Generator(runner, vocab, model_cfg, version=summary["run_id"], variant="fp32", device=torch.device("cpu"),
-                    dtype=dtype)
-    texts, seeds = [p["prompt"] for p in prompts], [p["seed"] for p in prompts]
-    images = [im for lo in range(0, len(texts), 64)
-              for im in gen.generate(texts[lo:lo + 64], seeds[lo:lo + 64]).numpy()]
-    verdicts = [bool(r.get("all_correct")) for r in assess(images, texts)["rows"]]
-    alignment = wilson(sum(verdicts), len(verdicts), confidence)
+    # The trained weights served as gate 3 would serve them (fp32), scored as the evaluation stage scores a variant.
+    gen = load_workload("image").serving(lake.get_json(join(prefix, MODEL_CARD)), "fp32",
+                                         lake.get_bytes(join(prefix, WEIGHTS)), torch.device("cpu"), summary["run_id"])
+    quality = variant_quality(gen, prompts, None, confidence)
+    verdicts, alignment = quality["verdicts"], quality["alignment"]
     out = {"run_id": summary["run_id"], "steps": summary["steps"], "precision": summary["precision"],
            "world_size": summary["world_size"], "wall_s": round(wall, 1),
            "samples_per_s": summary["median_samples_per_s"], "final_val_loss": summary["final_val_loss"],

@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 _QUALITY_BATCH = 64
 
 
-def variant_quality(gen, prompts: list[dict], real_features: np.ndarray, confidence: float) -> dict:
-    """One variant on every evaluation prompt: its verdicts, alignment with interval, Fréchet distance."""
+def variant_quality(gen, prompts: list[dict], real_features: np.ndarray | None, confidence: float) -> dict:
+    """One variant on every evaluation prompt: its verdicts, alignment with interval, Fréchet distance (None
+    without real images' features to compare with)."""
     texts, seeds = [p["prompt"] for p in prompts], [p["seed"] for p in prompts]
     images = []
     for lo in range(0, len(texts), _QUALITY_BATCH):
@@ -35,7 +36,7 @@ def variant_quality(gen, prompts: list[dict], real_features: np.ndarray, confide
     verdicts = [bool(r.get("all_correct")) for r in quality["rows"]]
     return {"images": images, "verdicts": verdicts, "assessed": quality,
             "alignment": wilson(sum(verdicts), len(verdicts), confidence),
-            "fid": frechet_distance(real_features, quality["features"])}
+            "fid": None if real_features is None else frechet_distance(real_features, quality["features"])}
 
 
 def _timed(gen, policy: str, texts: list[str], seeds: list[int], max_batch: int) -> tuple[float, list]:
