@@ -29,7 +29,7 @@ export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC ?= aigc_airflow.sqlite.
 # A GPU task waits its turn (the `gpu` pool) up to 2 h, not Airflow's default 10 min (aigc.config.operations).
 export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT ?= 7200
 
-.PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench lint clean
+.PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full lint clean
 
 help:
 	@echo "make demo     - set up, then run the pipeline DAG for $(DEMO_DATE) on the local lake (WORKLOAD=text: the text workload)"
@@ -37,7 +37,8 @@ help:
 	@echo "make test-reliability - the fault-injection suite alone (S3 faults through a proxy, lost replies)"
 	@echo "make airflow  - the Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) (login printed)"
 	@echo "make demo-s3  - the demo against a local S3 server instead of a folder"
-	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants; the pipeline under Airflow vs the CLI), then one table"
+	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants; the pipeline under Airflow vs the CLI; resolution x precision), then one table; about 25 minutes"
+	@echo "make bench-full - the same at the sizes and budgets the README quotes (about an hour)"
 	@echo "make demo-dates - the demo's nightly chain for 14 dates and gate 5's pass rate (about 90 minutes)"
 
 $(BIN)/python:
@@ -94,6 +95,9 @@ airflow: install
 
 bench: install
 	$(BIN)/python bench/run_all.py
+
+bench-full: install
+	$(BIN)/python bench/run_all.py --full
 
 demo-dates: install
 	$(BIN)/python bench/demo_dates.py --days 14

@@ -1,6 +1,6 @@
 """B3, rank balance measured: how long the ranks wait for each other under five ways of dealing samples.
 
-    python bench/balance_bench.py [--steps 12] [--repeats 3] [--worlds 2 4]
+    python bench/balance_bench.py [--steps 8] [--repeats 3] [--worlds 2 4] [--splits contiguous balanced …]
 
 The text workload's demo drop is long-tailed (a document holds 3 to 1,800 scene lines) and a micro-batch
 is padded to its longest document, so what a rank does in a step really varies. ``aigc train`` runs
@@ -22,7 +22,7 @@ and samples/s (all samples over all step time).
 8 and 64 ranks cannot run on 2 cores: they are *simulated from the measured step times*. A least-squares
 fit of each measured rank-step time of the 2-rank runs against the micro-batch's padded tokens
 (micro · longest) and padded tokens × longest (attention) predicts a rank-step's time from its documents'
-real token lengths (the run's own BPE); the four splits are dealt over draws from those lengths and the
+real token lengths (the run's own BPE); the splits are dealt over draws from those lengths and the
 waste of the predicted times is reported (the fit's R² with it). The last line is one JSON object, also
 written to ``bench/results/balance.json``.
 """
@@ -86,11 +86,11 @@ def one_run(lake, cfg) -> dict:
             "busy": busy, "steps": list(trained["step"])}
 
 
-def measured(lake, steps: int, repeats: int, worlds: list[int], context: int) -> tuple[dict, dict]:
-    runs: dict[tuple[int, str], list[dict]] = {(w, s): [] for w in worlds for s in SPLITS}
+def measured(lake, steps: int, repeats: int, worlds: list[int], context: int, splits) -> tuple[dict, dict]:
+    runs: dict[tuple[int, str], list[dict]] = {(w, s): [] for w in worlds for s in splits}
     for r in range(repeats):
         for world in worlds:
-            for split in SPLITS:
+            for split in splits:
                 run = one_run(lake, config(steps, world, split, context))
                 runs[world, split].append(run)
                 m = run["measured"]
@@ -127,13 +127,13 @@ def features(lengths: np.ndarray, plan: np.ndarray) -> np.ndarray:
     return np.stack([np.ones_like(longest), micro * longest, micro * longest ** 2], axis=-1)
 
 
-def simulated(lake, runs: dict, context: int, steps: int, draws_steps: int = 200) -> dict:
+def simulated(lake, runs: dict, context: int, steps: int, splits, draws_steps: int = 200) -> dict:
     """Fit the 2-rank runs' measured rank-step times, then predict 8 and 64 ranks' waste for each split."""
     cfg = config(steps, 2, "balanced", context)
     costs, lengths = token_lengths(lake, cfg)
     micro = cfg.train.micro_batch(2)
     x, y = [], []
-    for split in SPLITS:
+    for split in splits:
         for run in runs.get((2, split), []):
             plan = plan_for(split, costs, 2, micro, cfg.train.seed, 0)
             feats = features(lengths, plan)
@@ -149,7 +149,7 @@ def simulated(lake, runs: dict, context: int, steps: int, draws_steps: int = 200
     for world in (8, 64):
         n = world * micro * draws_steps
         pick = rng.integers(0, len(lengths), n)
-        for split in SPLITS:
+        for split in splits:
             plan = plan_for(split, costs[pick], world, micro, cfg.train.seed, 0)
             times = features(lengths[pick], plan) @ coef
             m = measured_imbalance(times)
@@ -164,11 +164,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--context", type=int, default=4096, help="tokens a document trains on (the demo's)")
+    ap.add_argument("--splits", nargs="+", default=list(SPLITS), choices=SPLITS,
+                    help="the ways of dealing compared (default: all five)")
     ap.add_argument("--root", default=".bench/balance", help="bench lake folder (kept between runs)")
     args = ap.parse_args()
     lake = ensure_partition(Path(args.root).resolve())
-    table, runs = measured(lake, args.steps, args.repeats, args.worlds, args.context)
-    sim = simulated(lake, runs, args.context, args.steps)
+    table, runs = measured(lake, args.steps, args.repeats, args.worlds, args.context, args.splits)
+    sim = simulated(lake, runs, args.context, args.steps, args.splits)
     print(f"\nB3, rank balance (text demo drop, context {args.context}; goal: waste <= 5%)   waste (min-max)"
           "        rank imbalance     samples/s", file=sys.stderr)
     for name, v in table.items():

@@ -34,21 +34,22 @@ DATE = "2026-11-28"
 AIGC = str(Path(sys.executable).with_name("aigc"))
 
 
-def aigc(command: str, root: Path) -> dict:
-    out = subprocess.run([AIGC, command, "--preset", "demo", "--lake", str(root), "--date", DATE],
+def aigc(command: str, root: Path, *flags: str) -> dict:
+    out = subprocess.run([AIGC, command, "--preset", "demo", "--lake", str(root), "--date", DATE, *flags],
                          capture_output=True, text=True, env={**os.environ, "AIGC_PROGRESS": "0"})
     if out.returncode:
         sys.exit(f"aigc {command} failed: {out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def ensure_model(root: Path) -> str:
-    """The version the demo chain registered (built once; a second run of the bench reuses it)."""
-    marker = root / "bench-version.txt"
+def ensure_model(root: Path, train_steps: int | None) -> str:
+    """The version the demo chain registered (built once per training budget; a second run of the bench reuses it)."""
+    marker = root / f"bench-version-{train_steps or 'demo'}.txt"
     if marker.exists():
         return marker.read_text().strip()
-    for command in ("make-raw", "prepare", "train"):
-        aigc(command, root)
+    aigc("make-raw", root)
+    aigc("prepare", root)
+    aigc("train", root, *(["--steps", str(train_steps)] if train_steps else []))
     version = aigc("deploy", root)["version"]
     marker.write_text(version)
     return version
@@ -78,10 +79,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=128, help="evaluation prompts for alignment")
     ap.add_argument("--timing-prompts", type=int, default=32)
+    ap.add_argument("--train-steps", type=int, default=None,
+                    help="optimizer steps of the model the variants are made of (default: the demo's)")
     ap.add_argument("--root", default=".bench/variants", help="bench lake folder (kept between runs)")
     args = ap.parse_args()
     root = Path(args.root).resolve()
-    version = ensure_model(root)
+    version = ensure_model(root, args.train_steps)
 
     from aigc.config import preset
     from aigc.evaluate.metrics import assess
@@ -155,8 +158,8 @@ def main() -> None:
     if goal:
         print(f"goal int8 >= 1.5x fp32 at an alignment not significantly lower: {'met' if goal['met'] else 'MISSED'}",
               file=sys.stderr)
-    result = {"bench": "variants", "version": version, "prompts": args.prompts, "timing_prompts": args.timing_prompts,
-              "variants": rows, "goal": goal}
+    result = {"bench": "variants", "version": version, "train_steps": args.train_steps or cfg.train.steps,
+              "prompts": args.prompts, "timing_prompts": args.timing_prompts, "variants": rows, "goal": goal}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))

@@ -63,9 +63,12 @@ def test_the_table_has_a_row_per_configuration_and_the_recommendation(bench_modu
          "front": ["32/fp32"]}
     rows = summary.precision_rows(d)
     assert len(rows) == 3 and "not trained" in rows[1][4] and rows[-1][-1] == "met"
-    times = {"seconds": {"a": 60.0}, "total_s": 1600.0, "measured": "2026-12-04", "missing": []}
-    assert summary.bench_time_rows(times)[0][-1] == "MISSED"
-    assert "not measured" in summary.bench_time_rows({**times, "missing": ["b.py"]})[0][4]
+    times = {"seconds": {"a": 60.0}, "total_s": 1600.0, "measured": "2026-12-04", "missing": [], "goal_s": 1500}
+    assert summary.bench_time_rows({"standard": times})[0][-1] == "MISSED"
+    assert summary.bench_time_rows({"standard": {**times, "total_s": 1400.0}})[0][-1] == "met"
+    assert "not measured" in summary.bench_time_rows({"standard": {**times, "missing": ["b.py"]}})[0][4]
+    full = summary.bench_time_rows({"full": {**times, "goal_s": None}})  # no goal for the long profile
+    assert full[0][0] == "make bench-full" and full[0][-1] == "n/a"
 
 
 @pytest.mark.timeout(120)
