@@ -42,7 +42,7 @@ class Bench:
 SCRIPTS: list[Bench] = [
     Bench("prepare_bench.py", ("--n", "10000", "--memory-n", "2000")),
     Bench("prepare_scaling.py", ("--sizes", "5000", "20000", "--repeats", "3"), ("--repeats", "3")),
-    Bench("prepare_fanout.py", ("--sizes", "2000", "8000")),
+    Bench("prepare_fanout.py", ("--parts", "1", "2")),
     Bench("loading_bench.py", ("--sizes", "500", "1500")),
     # train_bench's 1-vs-2-process table is left out of both: B5 (ddp_scaling) and B8 measure it better.
     Bench("train_bench.py", ("--only", "ddp_scaling", "balance", "--steps", "30"),
