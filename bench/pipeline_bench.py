@@ -36,12 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))  # the e2e tests' AirflowStack: the one way this project starts a deployment
+from aigc.devtools.airflow_stack import DAG_ID, STAGE_DAG_IDS, AirflowStack
+from aigc.devtools.demo import run_dag_test
 
-from aigc.devtools.demo import run_dag_test  # noqa: E402
-from tests.e2e.stack import DAG_ID, STAGE_DAG_IDS, AirflowStack  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 AIGC = [sys.executable, "-m", "aigc", "--log-level", "WARNING"]
 CHAIN = (["make-raw"], ["prepare"], ["train"], ["deploy"], ["generate", "--demo-prompts", "--model-ref", "candidate"],

@@ -1,4 +1,4 @@
-"""Fixtures for end-to-end tests against a running Airflow deployment (see stack.py)."""
+"""Fixtures for end-to-end tests against a running Airflow deployment (aigc.devtools.airflow_stack)."""
 
 from __future__ import annotations
 
