@@ -21,7 +21,10 @@ the pipeline does), the demo's training settings and the same number of optimize
    config override that applies it (``PipelineConfig.override``), with the Pareto front and a plot.
 
 fp16 on a CPU: the probe measures it (PyTorch has no fast fp16 CPU kernels: it runs over 10× slower than fp32), but
-it is not trained: ``TrainConfig.precision='fp16'`` needs CUDA. With a GPU every configuration is trained on it.
+it is not trained: ``TrainConfig.precision='fp16'`` needs CUDA. Nor is a precision the probe found over
+``--max-slowdown`` (4) times slower than the fastest at the same resolution (bf16 on a CPU without bf16
+instructions): same model, same data, only the numerics differ, so it cannot be the cheapest (``untrainable``).
+With a GPU every configuration is trained on it unless the probe rules it out.
 The last line is one JSON object, also written to ``bench/results/precision.json`` (plot: ``precision.png``;
 ``--results`` elsewhere: the demo's full budget is ``--steps 1500 --results bench/results/precision_1500.json``).
 """
@@ -225,6 +228,27 @@ def train_and_score(lake, config: str, steps: int, prompts: list[dict], confiden
     return out
 
 
+def untrainable(probes: dict, device: str, max_slowdown: float) -> dict[str, str]:
+    """Configurations not worth training, with the reason: fp16 without CUDA (the pipeline refuses it), and a
+    precision the probe found over ``max_slowdown`` times slower than the fastest at the same resolution (bf16 on a
+    CPU without bf16 instructions runs ~10x slower). The model and the data are the same, only the numerics
+    differ, so it cannot be the cheapest, and to be recommended it would have to beat that faster twin's alignment
+    significantly; training it would take that many times longer to find out."""
+    out = {}
+    for c, p in probes.items():
+        side, precision = parse(c)
+        if precision == "fp16" and device != "cuda":
+            out[c] = "TrainConfig.precision=fp16 needs CUDA"
+            continue
+        twins = {o: q["samples_per_s"] for o, q in probes.items() if parse(o)[0] == side
+                 and not (parse(o)[1] == "fp16" and device != "cuda")}
+        fastest = max(twins, key=twins.get)
+        if twins[fastest] > max_slowdown * p["samples_per_s"]:
+            out[c] = (f"{twins[fastest] / p['samples_per_s']:.1f}x slower than {fastest} in the probe "
+                      f"(over --max-slowdown {max_slowdown:g}): the same model at the same resolution")
+    return out
+
+
 # --- 3. the recommendation ----------------------------------------------------------------------------------------
 
 def recommendation(probes: dict, trained: dict, epsilon: float, confidence: float, tolerance: float) -> dict:
@@ -269,6 +293,9 @@ def main() -> None:
     ap.add_argument("--probe-steps", type=int, default=8)
     ap.add_argument("--probe-max-s", type=float, default=8.0, help="a probe stops after this long (≥ 2 steps)")
     ap.add_argument("--prompts", type=int, default=128, help="evaluation prompts per trained model")
+    ap.add_argument("--max-slowdown", type=float, default=4.0,
+                    help="not trained: a precision this many times slower in the probe than the fastest one at the "
+                         "same resolution")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     ap.add_argument("--root", default=".bench/precision", help="bench lake folder (the drop is kept between runs)")
@@ -288,7 +315,8 @@ def main() -> None:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     started = time.perf_counter()
     probes = run_probes(args.configs, device, args.rounds, args.probe_steps, args.probe_max_s)
-    trainable = [c for c in args.configs if parse(c)[1] != "fp16" or device == "cuda"]
+    not_trained = untrainable(probes, device, args.max_slowdown)
+    trainable = [c for c in args.configs if c not in not_trained]
     lake = open_lake(str(Path(args.root).resolve()))
     ensure_data(lake, args.steps)
     e = EvaluateConfig()
@@ -298,7 +326,7 @@ def main() -> None:
     batch = config_for(CONFIGS[0], args.steps).train.batch_size
     result = {"device": device, "steps": args.steps, "global_batch": batch, "prompts": len(prompts), "probe": probes,
               "trained": {c: {k: v for k, v in t.items() if k != "verdicts"} for c, t in trained.items()},
-              "not_trained": {c: "TrainConfig.precision=fp16 needs CUDA" for c in args.configs if c not in trained},
+              "not_trained": not_trained,
               **rec, "seconds": round(time.perf_counter() - started, 1)}
     print("\nB8      samples/s (probe)   peak MiB   val loss   alignment [95%]          spikes  skipped",
           file=sys.stderr)
@@ -306,7 +334,7 @@ def main() -> None:
         p, t = probes[c], trained.get(c)
         tail = (f"{t['final_val_loss']:.5f}   {t['alignment']:.3f} [{t['alignment_ci']['lo']:.3f}, "
                 f"{t['alignment_ci']['hi']:.3f}]   {t['grad']['spikes']:>6}  {t['grad']['skipped_steps']:>7}"
-                if t else "not trained: fp16 needs CUDA")
+                if t else f"not trained: {not_trained[c]}")
         print(f"{c:8s} {p['samples_per_s']:>10.1f} ({p['min_max'][0]:.0f}-{p['min_max'][1]:.0f})  "
               f"{p['peak_mib']:>8.0f}   {tail}", file=sys.stderr)
     print(f"recommended: {rec['recommended']} ({rec['cli']})", file=sys.stderr)

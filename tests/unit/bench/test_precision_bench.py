@@ -97,3 +97,16 @@ def test_the_readme_block_is_replaced_whole_and_a_readme_without_markers_is_left
     assert once == f"intro\n{summary.START}\n| new |\n{summary.END}\noutro\n"
     assert summary.with_table(once, "| new |") == once
     assert summary.with_table("no markers here\n", "| new |") == "no markers here\n"
+
+
+def test_fp16_without_cuda_and_a_precision_far_slower_than_its_resolution_twin_are_not_trained(bench_module):
+    bench = bench_module("precision_bench")
+    probes = {"32/fp32": {"samples_per_s": 150.0}, "32/bf16": {"samples_per_s": 15.0},
+              "32/fp16": {"samples_per_s": 20.0}, "64/fp32": {"samples_per_s": 35.0},
+              "64/bf16": {"samples_per_s": 30.0}}
+    out = bench.untrainable(probes, "cpu", 4.0)
+    assert set(out) == {"32/bf16", "32/fp16"}  # 64/bf16 is compared with 64/fp32, not with the faster 32 px
+    assert "needs CUDA" in out["32/fp16"] and "10.0x slower than 32/fp32" in out["32/bf16"]
+    # On CUDA fp16 trains, and counts as the twin the others are compared with.
+    on_gpu = bench.untrainable({**probes, "32/fp16": {"samples_per_s": 900.0}}, "cuda", 4.0)
+    assert set(on_gpu) == {"32/fp32", "32/bf16"}
