@@ -89,7 +89,11 @@ def main() -> None:
         write({**kept, "seconds": seconds})  # progress, if stopped
         if rc:
             sys.exit(f"{bench.script} failed with exit status {rc}")
-    record = {**kept, "seconds": seconds, "gpu": gpu, "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    sys.path.insert(0, str(BENCH))
+    from summary import machine  # the table's own description of the host: hosts of "2 cores" differ 2x
+
+    record = {**kept, "seconds": seconds, "gpu": gpu, "host": machine(),
+              "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               # Every script's latest time: their sum is what one run of the profile takes, once each has a time.
               "total_s": round(sum(seconds.get(b.name, 0.0) for b in SCRIPTS), 1),
               "missing": [b.script for b in SCRIPTS if b.name not in seconds], "goal_s": GOAL_S.get(profile)}

@@ -215,6 +215,24 @@ def bench_time_rows(d) -> list[list]:
     return rows
 
 
+def script_times_md(d) -> list[str]:
+    """Each script's latest wall time in minutes, one column per profile that has run (markdown lines)."""
+    profiles = [p for p in PROFILES if d.get(p, {}).get("seconds")]
+    if not profiles:
+        return []
+    names = list(dict.fromkeys(n for p in profiles for n in d[p]["seconds"]))
+    hosts = [f"{PROFILES[p]}: {d[p].get('host', 'host not recorded')}, {d[p].get('measured', '?')[:10]}"
+             for p in profiles]
+    lines = ["", f"Each script's latest wall time, minutes ({'; '.join(hosts)}):", "",
+             "| script | " + " | ".join(PROFILES[p] for p in profiles) + " |", "|---|" + "---|" * len(profiles)]
+    for name in names:
+        cells = [f"{d[p]['seconds'][name] / 60:.1f}" if name in d[p]["seconds"] else "" for p in profiles]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("| **total** | " + " | ".join(f"**{d[p]['total_s'] / 60:.1f}**" if d[p].get("total_s") else ""
+                                              for p in profiles) + " |")
+    return lines
+
+
 SOURCES: list[tuple[str, str, Callable[[dict], list[list]]]] = [
     ("prepare_scaling.json", "19 prep scaling", scaling_rows),
     ("prepare_fanout.json", "19 prep fan-out", fanout_rows),
@@ -270,6 +288,7 @@ def main() -> None:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     md = [f"Measured on {machine()}.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    md += script_times_md(_load("bench_times.json") or {})
     Path(args.markdown).write_text("\n".join(md) + "\n")
     if args.readme:
         readme = Path(args.readme)

@@ -69,6 +69,10 @@ def test_the_table_has_a_row_per_configuration_and_the_recommendation(bench_modu
     assert "not measured" in summary.bench_time_rows({"standard": {**times, "missing": ["b.py"]}})[0][4]
     full = summary.bench_time_rows({"full": {**times, "goal_s": None}})  # no goal for the long profile
     assert full[0][0] == "make bench-full" and full[0][-1] == "n/a"
+    md = summary.script_times_md({"standard": times, "full": {"seconds": {"a": 120.0, "b": 30.0}, "total_s": 150.0,
+                                                              "host": "h1", "measured": "2026-12-03T01"}})
+    assert "make bench-full: h1, 2026-12-03" in md[1] and "| a | 1.0 | 2.0 |" in md and "| b |  | 0.5 |" in md
+    assert md[-1] == "| **total** | **26.7** | **2.5** |"
 
 
 @pytest.mark.timeout(120)

@@ -42,3 +42,4 @@ def test_a_run_records_its_profile_times_apart_and_keeps_the_other_profiles(benc
     standard = record["standard"]
     assert set(standard["seconds"]) == {"prepare_bench", "balance_bench"} and standard["goal_s"] == 25 * 60
     assert len(standard["missing"]) == len(run_all.SCRIPTS) - 2 and "one_run_s" not in standard
+    assert "CPUs" in standard["host"]
