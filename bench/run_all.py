@@ -2,10 +2,11 @@
 
     python bench/run_all.py [--full] [--only loading_bench precision_bench ...]
 
-Two profiles of the same scripts. The standard one (``make bench``) is sized to finish in issue 20's 25 minutes on
-2 cores: every comparison, every row a median of 3 runs alternating the alternatives, at two data sizes, but
-smaller sizes and budgets than the scripts' own defaults. ``--full`` (``make bench-full``, about an hour) runs
-the scripts' defaults: the sizes and budgets the README's sections quote. The table shows each row's size.
+Two profiles of the same scripts. The standard one (``make bench``) is cut towards issue 20's 25 minutes on 2 cores
+(not reached: 57 minutes on a slow 2-core host, see the README): every comparison, every row a median of 3 runs
+alternating the alternatives, at two data sizes, but smaller sizes and budgets than the scripts' own defaults.
+``--full`` (``make bench-full``, about an hour on a fast host) runs the scripts' defaults: the sizes and budgets
+the README's sections quote. The table shows each row's size.
 
 The times go to ``bench/results/bench_times.json``, per profile: each script's latest, their sum (what one run of
 the profile takes) and, after a run of every script, that run's own wall time. A script that fails stops the run
@@ -30,7 +31,7 @@ RESULTS = BENCH / "results" / "bench_times.json"
 @dataclasses.dataclass(frozen=True)
 class Bench:
     script: str
-    standard: tuple[str, ...]  # make bench: fits 25 minutes
+    standard: tuple[str, ...]  # make bench: the smaller sizes and budgets
     full: tuple[str, ...] = ()  # make bench-full: beyond the script's defaults
 
     @property
