@@ -28,6 +28,10 @@ export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS ?= aigc_airflow.sqlite.CONNEC
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC ?= aigc_airflow.sqlite.CONNECT_ARGS
 # A GPU task waits its turn (the `gpu` pool) up to 2 h, not Airflow's default 10 min (aigc.config.operations).
 export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT ?= 7200
+# The LocalExecutor's workers fork each task from a server that imported PyTorch, Great Expectations and the
+# stages once (plugins/aigc_airflow/preload.py): seconds less a task (aigc.config.operations.TASK_PRELOAD).
+export AIRFLOW__SCHEDULER__MP_START_METHOD ?= forkserver
+export AIRFLOW__CORE__MP_FORKSERVER_PRELOAD ?= airflow,airflow.executors.local_executor,aigc_airflow.preload
 
 .PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full lint clean
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -152,6 +153,29 @@ def test_a_run_triggered_through_the_rest_api_publishes_every_stage_and_says_so_
     status, body = local_stack.get_page(report_url.removeprefix(local_stack.url))
     assert status == 200 and "Pareto" in body
     assert local_stack.get_page(report_url.removeprefix(local_stack.url), token="")[0] in (401, 403)
+
+
+def test_the_executor_workers_fork_every_task_with_pytorch_already_imported(local_stack, api_run):
+    """The deployment's TASK_PRELOAD (aigc.config.operations): the LocalExecutor's workers come from a forkserver
+    that imported aigc_airflow.preload, so the task processes they fork inherit PyTorch (and Great Expectations,
+    the stages) instead of importing it again. The scheduler itself never imports it."""
+    import psutil
+
+    assert local_stack.wait_for_runs([api_run], timeout=1200)[api_run] == "success"  # the workers have run tasks
+    scheduler = psutil.Process(local_stack.processes["scheduler"].pid)
+
+    def has_torch(process) -> bool:
+        return "libtorch_cpu" in Path(f"/proc/{process.pid}/maps").read_text()
+
+    assert not has_torch(scheduler)
+    checked = []
+    for child in scheduler.children(recursive=True):
+        try:
+            if "LocalExecutor" in " ".join(child.cmdline()):
+                checked.append((child.pid, has_torch(child)))
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            continue  # a task process that ended meanwhile
+    assert checked and all(loaded for _, loaded in checked), checked
 
 
 def test_a_prompt_file_dropped_in_the_lake_becomes_production_content_without_training(local_stack, api_run):

@@ -27,6 +27,13 @@ TASK_TIMEOUTS = {
 TASK_QUEUED_TIMEOUT = dt.timedelta(hours=2)
 """Airflow's [scheduler] task_queued_timeout (its default of 10 minutes fails a GPU task that waits its turn
 behind another run's training): the deployment sets AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT to this."""
+TASK_PRELOAD = {
+    "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
+    "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD": "airflow,airflow.executors.local_executor,aigc_airflow.preload",
+}
+"""The LocalExecutor deployments' settings (``make airflow``, the test and bench deployments): the scheduler's
+workers come from a forkserver that imported ``aigc_airflow.preload`` (PyTorch, Great Expectations, the stages),
+so the task processes they fork start with those imported instead of importing them again, seconds a task."""
 MAX_RETRY_DELAY = dt.timedelta(minutes=15)
 """The DAGs' max_retry_delay (exponential back-off stops growing here)."""
 LEASE_MARGIN = dt.timedelta(minutes=30)

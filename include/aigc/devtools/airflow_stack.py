@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aigc.config.operations import TASK_QUEUED_TIMEOUT
+from aigc.config.operations import TASK_PRELOAD, TASK_QUEUED_TIMEOUT
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository: its dags/ and plugins/ are what the deployment runs
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -81,6 +81,7 @@ class AirflowStack:
             # As deployed: the scheduler makes scheduled and asset-triggered runs, so aigc_prepare's nightly run
             # of the latest day (and its chain) starts with the deployment.
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(int(TASK_QUEUED_TIMEOUT.total_seconds())),
+            **TASK_PRELOAD,  # task processes start with the heavy imports done (LocalExecutor only)
             "AIGC_LAKE_URI": self.lake_uri,
             "AIGC_DEFAULT_PRESET": "smoke",  # the trigger form's default here; one value is changed in the browser
             "GX_ANALYTICS_ENABLED": "False",

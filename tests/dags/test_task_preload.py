@@ -1,0 +1,42 @@
+"""The LocalExecutor deployments fork task processes from a server that imported the heavy modules once
+(plugins/aigc_airflow/preload.py; B7 in the README measures what it saves)."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from aigc.config.operations import TASK_PRELOAD
+from aigc.devtools.airflow_stack import AirflowStack
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def lazy_stage_imports() -> set[str]:
+    """The aigc modules aigc.stages imports inside its functions: what the tasks import when they run."""
+    tree = ast.parse((ROOT / "include" / "aigc" / "stages.py").read_text())
+    return {node.module for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
+            for node in ast.walk(fn) if isinstance(node, ast.ImportFrom) and node.module.startswith("aigc.")}
+
+
+def test_every_local_executor_deployment_preloads_the_same_modules():
+    makefile = (ROOT / "Makefile").read_text()
+    for name, value in TASK_PRELOAD.items():
+        assert f"export {name} ?= {value}" in makefile, name
+    env = AirflowStack("preload-check", home=ROOT / "unused", lake_uri="").env
+    assert {k: env[k] for k in TASK_PRELOAD} == TASK_PRELOAD
+    assert TASK_PRELOAD["AIRFLOW__CORE__MP_FORKSERVER_PRELOAD"].split(",")[-1] == "aigc_airflow.preload"
+
+
+def test_the_preload_imports_what_every_stage_imports_and_starts_no_thread():
+    """A module the stages import but the preload misses is imported again in every task process; a thread
+    started at import would not survive the fork into each worker and task."""
+    wanted = sorted(lazy_stage_imports())
+    assert "aigc.quality.curated" in wanted and "aigc.train.launch" in wanted  # the parse found them
+    probe = ("import sys, threading; import aigc_airflow.preload; "
+             f"missing = [m for m in {[*wanted, 'torch', 'great_expectations']!r} if m not in sys.modules]; "
+             "print(missing, threading.active_count())")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True,
+                         env={"PYTHONPATH": str(ROOT / "plugins"), "PATH": "/usr/bin:/bin", "HOME": "/tmp",
+                              "GX_ANALYTICS_ENABLED": "False"})
+    assert out.stdout.strip().splitlines()[-1] == "[] 1"
