@@ -25,6 +25,8 @@ def test_every_local_executor_deployment_preloads_the_same_modules():
         assert f"export {name} ?= {value}" in makefile, name
     env = AirflowStack("preload-check", home=ROOT / "unused", lake_uri="").env
     assert {k: env[k] for k in TASK_PRELOAD} == TASK_PRELOAD
+    celery = AirflowStack("preload-check", home=ROOT / "unused", lake_uri="", executor="CeleryExecutor").env
+    assert not set(TASK_PRELOAD) & set(celery)  # its scheduler would only preload the pool that sends tasks
     assert TASK_PRELOAD["AIRFLOW__CORE__MP_FORKSERVER_PRELOAD"].split(",")[-1] == "aigc_airflow.preload"
 
 

@@ -81,13 +81,16 @@ class AirflowStack:
             # As deployed: the scheduler makes scheduled and asset-triggered runs, so aigc_prepare's nightly run
             # of the latest day (and its chain) starts with the deployment.
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(int(TASK_QUEUED_TIMEOUT.total_seconds())),
-            **TASK_PRELOAD,  # task processes start with the heavy imports done (LocalExecutor only)
             "AIGC_LAKE_URI": self.lake_uri,
             "AIGC_DEFAULT_PRESET": "smoke",  # the trigger form's default here; one value is changed in the browser
             "GX_ANALYTICS_ENABLED": "False",
             "NO_PROXY": "127.0.0.1,localhost",
             "PATH": f"{Path(AIRFLOW).parent}:{os.environ.get('PATH', '')}",
         })
+        # The LocalExecutor's workers then fork task processes with the heavy imports done. (Under Celery the
+        # scheduler's only pool is the one it sends tasks from: nothing to preload there.)
+        if self.executor == "LocalExecutor":
+            env.update(TASK_PRELOAD)
         if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in self.extra_env:  # the default: SQLite in AIRFLOW_HOME
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = SQLITE_CONNECT_ARGS
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] = SQLITE_CONNECT_ARGS
