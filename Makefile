@@ -41,7 +41,7 @@ help:
 	@echo "make test-reliability - the fault-injection suite alone (S3 faults through a proxy, lost replies)"
 	@echo "make airflow  - the Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) (login printed)"
 	@echo "make demo-s3  - the demo against a local S3 server instead of a folder"
-	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants; the pipeline under Airflow vs the CLI; resolution x precision), then one table (goal 25 minutes; 57 on a slow 2-core host)"
+	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants; the pipeline under Airflow vs the CLI; resolution x precision), then one table (goal 25 minutes; measured 34 on a fast 2-core host, 57 on a slow one)"
 	@echo "make bench-full - the same at the sizes and budgets the README quotes (about an hour)"
 	@echo "make demo-dates - the demo's nightly chain for 14 dates and gate 5's pass rate (about 90 minutes)"
 

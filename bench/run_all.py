@@ -3,8 +3,9 @@
     python bench/run_all.py [--full] [--only loading_bench precision_bench ...]
 
 Two profiles of the same scripts. The standard one (``make bench``) is cut towards issue 20's 25 minutes on 2 cores
-(not reached: 57 minutes on a slow 2-core host, see the README): every comparison, every row a median of 3 runs
-alternating the alternatives, at two data sizes, but smaller sizes and budgets than the scripts' own defaults.
+(not reached: 34 minutes on a fast 2-core host, 57 on a slow one, see the README): every comparison, every row a
+median of 3 runs alternating the alternatives, at two data sizes, but smaller sizes and budgets than the scripts'
+own defaults.
 ``--full`` (``make bench-full``, about an hour on a fast host) runs the scripts' defaults: the sizes and budgets
 the README's sections quote. The table shows each row's size.
 
