@@ -1,12 +1,14 @@
-"""The LocalExecutor deployments fork task processes from a server that imported the heavy modules once
-(plugins/aigc_airflow/preload.py; B7 in the README measures what it saves)."""
+"""Task processes are forked from processes that imported the heavy modules once (plugins/aigc_airflow/preload.py):
+the LocalExecutor's workers, from a forkserver; the Celery workers' pools. B7 in the README measures what it saves."""
 
 import ast
 import subprocess
 import sys
 from pathlib import Path
 
-from aigc.config.operations import TASK_PRELOAD
+import yaml
+
+from aigc.config.operations import CELERY_TASK_PRELOAD, TASK_PRELOAD
 from aigc.devtools.airflow_stack import AirflowStack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +29,23 @@ def test_every_local_executor_deployment_preloads_the_same_modules():
     assert {k: env[k] for k in TASK_PRELOAD} == TASK_PRELOAD
     celery = AirflowStack("preload-check", home=ROOT / "unused", lake_uri="", executor="CeleryExecutor").env
     assert not set(TASK_PRELOAD) & set(celery)  # its scheduler would only preload the pool that sends tasks
+    assert {k: celery[k] for k in CELERY_TASK_PRELOAD} == CELERY_TASK_PRELOAD
+    compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())["x-airflow-common"]["environment"]
+    assert {k: compose[k] for k in CELERY_TASK_PRELOAD} == CELERY_TASK_PRELOAD
+
+
+def test_the_celery_configuration_is_airflows_own_and_preloads_in_the_worker_before_its_pool_forks():
+    """Airflow treats the default configuration object as unset (its team-aware configuration stays); the
+    handler is connected to worker_init, which Celery sends before it starts the pool."""
+    import importlib
+
+    from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CONFIG
+    from celery.signals import worker_init
+
+    module, _, name = CELERY_TASK_PRELOAD["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"].rpartition(".")
+    module = importlib.import_module(module)
+    assert getattr(module, name) is DEFAULT_CELERY_CONFIG
+    assert module.preload_task_imports in [ref() for _, ref in worker_init.receivers]
     assert TASK_PRELOAD["AIRFLOW__CORE__MP_FORKSERVER_PRELOAD"].split(",")[-1] == "aigc_airflow.preload"
 
 

@@ -34,6 +34,9 @@ TASK_PRELOAD = {
 """The LocalExecutor deployments' settings (``make airflow``, the test and bench deployments): the scheduler's
 workers come from a forkserver that imported ``aigc_airflow.preload`` (PyTorch, Great Expectations, the stages),
 so the task processes they fork start with those imported instead of importing them again, seconds a task."""
+CELERY_TASK_PRELOAD = {"AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "aigc_airflow.celery_config.CELERY_CONFIG"}
+"""The same for CeleryExecutor deployments (docker-compose, the distributed mode): each ``airflow celery worker``
+imports ``aigc_airflow.preload`` before it forks its pool, whose processes fork the task processes."""
 MAX_RETRY_DELAY = dt.timedelta(minutes=15)
 """The DAGs' max_retry_delay (exponential back-off stops growing here)."""
 LEASE_MARGIN = dt.timedelta(minutes=30)

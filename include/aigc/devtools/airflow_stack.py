@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aigc.config.operations import TASK_PRELOAD, TASK_QUEUED_TIMEOUT
+from aigc.config.operations import CELERY_TASK_PRELOAD, TASK_PRELOAD, TASK_QUEUED_TIMEOUT
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository: its dags/ and plugins/ are what the deployment runs
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -87,10 +87,9 @@ class AirflowStack:
             "NO_PROXY": "127.0.0.1,localhost",
             "PATH": f"{Path(AIRFLOW).parent}:{os.environ.get('PATH', '')}",
         })
-        # The LocalExecutor's workers then fork task processes with the heavy imports done. (Under Celery the
-        # scheduler's only pool is the one it sends tasks from: nothing to preload there.)
-        if self.executor == "LocalExecutor":
-            env.update(TASK_PRELOAD)
+        # Task processes start with the heavy imports done: forked by the LocalExecutor's workers, or by the Celery
+        # workers' pools. (TASK_PRELOAD would only preload a Celery scheduler's pool that sends tasks.)
+        env.update(TASK_PRELOAD if self.executor == "LocalExecutor" else CELERY_TASK_PRELOAD)
         if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in self.extra_env:  # the default: SQLite in AIRFLOW_HOME
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = SQLITE_CONNECT_ARGS
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] = SQLITE_CONNECT_ARGS
