@@ -1,11 +1,12 @@
-"""What a task process would otherwise import from scratch, imported once by the LocalExecutor's forkserver.
+"""What a task process would otherwise import from scratch, imported once by the process that forks it.
 
-Under the real scheduler every task instance is a process of its own, forked by a LocalExecutor worker. With
-``[scheduler] mp_start_method = forkserver`` and ``[core] mp_forkserver_preload`` naming this module (the
-deployments set both: ``Makefile``, ``docker-compose.yaml``, ``aigc.devtools.airflow_stack``), the workers come
-from a server that has already imported the task runner, the DAG files' imports, PyTorch, pandas, pyarrow, Great
-Expectations and the stages' modules, and each task process inherits them copy-on-write instead of spending
-seconds importing them again (B7 in the README measures it). Nothing here runs work, opens a connection or starts
+Under the real scheduler every task instance is a process of its own. LocalExecutor: with ``[scheduler]
+mp_start_method = forkserver`` and ``[core] mp_forkserver_preload`` naming this module (``TASK_PRELOAD`` in
+``aigc.config.operations``: the Makefile and ``aigc.devtools.airflow_stack`` set it), the workers that fork the
+tasks come from a server that imported it. CeleryExecutor: each worker imports it before it forks its pool
+(``aigc_airflow.celery_config``, set by docker-compose). Either way a task process inherits the task runner, the
+DAG files' imports, PyTorch, Great Expectations and the stages' modules copy-on-write instead of spending seconds
+importing them again (B7 in the README measures it). Nothing here runs work, opens a connection or starts
 a thread: forking after this import is safe.
 """
 

@@ -27,6 +27,7 @@ def test_every_local_executor_deployment_preloads_the_same_modules():
         assert f"export {name} ?= {value}" in makefile, name
     env = AirflowStack("preload-check", home=ROOT / "unused", lake_uri="").env
     assert {k: env[k] for k in TASK_PRELOAD} == TASK_PRELOAD
+    assert TASK_PRELOAD["AIRFLOW__CORE__MP_FORKSERVER_PRELOAD"].split(",")[-1] == "aigc_airflow.preload"
     celery = AirflowStack("preload-check", home=ROOT / "unused", lake_uri="", executor="CeleryExecutor").env
     assert not set(TASK_PRELOAD) & set(celery)  # its scheduler would only preload the pool that sends tasks
     assert {k: celery[k] for k in CELERY_TASK_PRELOAD} == CELERY_TASK_PRELOAD
@@ -46,7 +47,6 @@ def test_the_celery_configuration_is_airflows_own_and_preloads_in_the_worker_bef
     module = importlib.import_module(module)
     assert getattr(module, name) is DEFAULT_CELERY_CONFIG
     assert module.preload_task_imports in [ref() for _, ref in worker_init.receivers]
-    assert TASK_PRELOAD["AIRFLOW__CORE__MP_FORKSERVER_PRELOAD"].split(",")[-1] == "aigc_airflow.preload"
 
 
 def test_the_preload_imports_what_every_stage_imports_and_starts_no_thread():

@@ -3,6 +3,8 @@ too) and the helpers that read what its runs published."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from aigc.devtools.airflow_stack import (  # noqa: F401 - the tests import them from here
     ARTIFACTS,
     DAG_ID,
@@ -29,3 +31,24 @@ def published_runs(lake, date: str) -> dict[str, str]:
 def run_date(run: dict) -> str:
     """The date a DAG run (as the REST API returns it) is for."""
     return run["logical_date"][:10]
+
+
+def preloaded_children(parent_pid: int, title: str, recursive: bool = False) -> list[tuple[int, bool]]:
+    """(pid, holds PyTorch) of each child process of ``parent_pid`` whose title matches ``title`` (a regex): the
+    processes that fork tasks, which the deployment's preload (aigc.config.operations) has import PyTorch first."""
+    import re
+
+    import psutil
+
+    found = []
+    for child in psutil.Process(parent_pid).children(recursive=recursive):
+        try:
+            if re.search(title, " ".join(child.cmdline())):
+                found.append((child.pid, holds_pytorch(child.pid)))
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            continue  # a process that ended meanwhile
+    return found
+
+
+def holds_pytorch(pid: int) -> bool:
+    return "libtorch_cpu" in Path(f"/proc/{pid}/maps").read_text()

@@ -22,7 +22,6 @@ import json
 import os
 import re
 import uuid
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -32,7 +31,15 @@ from aigc.lake import open_lake
 from aigc.lake.keys import partition
 from aigc.lake.publish import NotPublished, resolve
 from aigc.registry import Registry
-from tests.e2e.stack import DAG_IDS, SMOKE_CONF, AirflowStack, published_runs, run_date
+from tests.e2e.stack import (
+    DAG_IDS,
+    SMOKE_CONF,
+    AirflowStack,
+    holds_pytorch,
+    preloaded_children,
+    published_runs,
+    run_date,
+)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1800)]
 POSTGRES = os.environ.get("AIGC_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -237,26 +244,11 @@ def test_training_after_the_backfill_uses_its_window_with_gpu_tasks_on_the_gpu_q
 def test_each_celery_worker_forks_its_tasks_from_a_pool_that_already_imported_pytorch(celery_stack):
     """CELERY_TASK_PRELOAD (aigc.config.operations): every worker imports aigc_airflow.preload in worker_init,
     before it forks its pool; the pool processes, which fork a process per task, hold PyTorch from the start."""
-    import psutil
-
-    def has_torch(process) -> bool:
-        return "libtorch_cpu" in Path(f"/proc/{process.pid}/maps").read_text()
-
-    def pool_of(worker) -> list[tuple[int, bool]]:
-        """(pid, holds PyTorch) of each pool process: titled ForkPoolWorker-N by Celery, or "airflow supervisor:
-        <task>" by Airflow while it runs one."""
-        pool = []
-        for child in worker.children():
-            try:
-                if re.search(r"ForkPoolWorker|airflow supervisor", " ".join(child.cmdline())):
-                    pool.append((child.pid, has_torch(child)))
-            except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError, ProcessLookupError):
-                continue  # a process that ended meanwhile
-        return pool
-
     for queue in celery_stack.celery_queues:
-        worker = psutil.Process(celery_stack.processes[f"celery-worker-{queue}"].pid)
-        # The pool starts once worker_init (the preload, seconds) is done.
-        pool = celery_stack.wait_until(lambda w=worker: pool_of(w), 180, f"the {queue} worker's pool to start")
-        assert has_torch(worker), queue  # the main process, which forked the pool
+        worker = celery_stack.processes[f"celery-worker-{queue}"].pid
+        # A pool process is titled ForkPoolWorker-N by Celery, or "airflow supervisor: <task>" by Airflow while it
+        # runs one; the pool starts once worker_init (the preload, seconds) is done.
+        pool = celery_stack.wait_until(lambda w=worker: preloaded_children(w, "ForkPoolWorker|airflow supervisor"),
+                                       180, f"the {queue} worker's pool to start")
+        assert holds_pytorch(worker), queue  # the main process, which forked the pool
         assert all(loaded for _, loaded in pool), (queue, pool)

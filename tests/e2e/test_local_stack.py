@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -23,7 +22,7 @@ from aigc.lake.keys import partition
 from aigc.lake.publish import NotPublished, resolve
 from aigc.registry import Registry
 from tests.e2e import browser
-from tests.e2e.stack import DAG_ID, SMOKE_CONF, USER, published_runs, run_date
+from tests.e2e.stack import DAG_ID, SMOKE_CONF, USER, holds_pytorch, preloaded_children, published_runs, run_date
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1800)]
 # What an all-stages run publishes, by asset → the task that says so.
@@ -159,23 +158,11 @@ def test_the_executor_workers_fork_every_task_with_pytorch_already_imported(loca
     """The deployment's TASK_PRELOAD (aigc.config.operations): the LocalExecutor's workers come from a forkserver
     that imported aigc_airflow.preload, so the task processes they fork inherit PyTorch (and Great Expectations,
     the stages) instead of importing it again. The scheduler itself never imports it."""
-    import psutil
-
     assert local_stack.wait_for_runs([api_run], timeout=1200)[api_run] == "success"  # the workers have run tasks
-    scheduler = psutil.Process(local_stack.processes["scheduler"].pid)
-
-    def has_torch(process) -> bool:
-        return "libtorch_cpu" in Path(f"/proc/{process.pid}/maps").read_text()
-
-    assert not has_torch(scheduler)
-    checked = []
-    for child in scheduler.children(recursive=True):
-        try:
-            if "LocalExecutor" in " ".join(child.cmdline()):
-                checked.append((child.pid, has_torch(child)))
-        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
-            continue  # a task process that ended meanwhile
-    assert checked and all(loaded for _, loaded in checked), checked
+    scheduler = local_stack.processes["scheduler"].pid
+    assert not holds_pytorch(scheduler)
+    workers = preloaded_children(scheduler, "LocalExecutor", recursive=True)
+    assert workers and all(loaded for _, loaded in workers), workers
 
 
 def test_a_prompt_file_dropped_in_the_lake_becomes_production_content_without_training(local_stack, api_run):
