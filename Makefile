@@ -33,7 +33,7 @@ export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT ?= 7200
 export AIRFLOW__SCHEDULER__MP_START_METHOD ?= forkserver
 export AIRFLOW__CORE__MP_FORKSERVER_PRELOAD ?= airflow,airflow.executors.local_executor,aigc_airflow.preload
 
-.PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full lint clean
+.PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full bench-gpu lint clean
 
 help:
 	@echo "make demo     - set up, then run the pipeline DAG for $(DEMO_DATE) on the local lake (WORKLOAD=text: the text workload)"
@@ -43,6 +43,7 @@ help:
 	@echo "make demo-s3  - the demo against a local S3 server instead of a folder"
 	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants; the pipeline under Airflow vs the CLI; resolution x precision), then one table (goal 25 minutes; measured 34 on a fast 2-core host, 57 on a slow one)"
 	@echo "make bench-full - the same at the sizes and budgets the README quotes (about an hour)"
+	@echo "make bench-gpu - the GPU section (B2 loop, B1 attention, B6 variants, B8 on CUDA; needs a CUDA build of torch)"
 	@echo "make demo-dates - the demo's nightly chain for 14 dates and gate 5's pass rate (about 90 minutes)"
 
 $(BIN)/python:
@@ -102,6 +103,10 @@ bench: install
 
 bench-full: install
 	$(BIN)/python bench/run_all.py --full
+
+# The venv's torch must be a CUDA build (README: GPU hosts); results go to bench/results/gpu.
+bench-gpu: install
+	$(BIN)/python bench/run_all.py --gpu
 
 demo-dates: install
 	$(BIN)/python bench/demo_dates.py --days 14

@@ -53,16 +53,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.training_fixtures: the shipped demo model, registered
 
-from aigc.batching import CpuPeaks, CudaPeaks, PeakMeter, ReportedPeaks  # noqa: E402  # noqa: E402
+from aigc.batching import CpuPeaks, CudaPeaks, PeakMeter, ReportedPeaks  # noqa: E402
 from aigc.batching.adaptive import is_oom  # noqa: E402
 from aigc.batching.faults import SimulatedOOM  # noqa: E402
 from bench.batching_policies import WIDTH, fixed, ours, planned, seed_batcher  # noqa: E402
+from bench.paths import results_path  # noqa: E402
 
 # Sweeps that bracket the best on both workloads (a best at either end would mean a stronger baseline
 # was left untried): every power of two.
 FIXED = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # 1: one item at a time
 PLANNED = (8, 16, 32, 64, 128, 512)  # the planner's token budgets: this many items of length 64
-RESULTS = ROOT / "bench" / "results" / "batching.json"
+RESULTS = results_path("batching.json")  # bench/results, or $AIGC_BENCH_RESULTS
 
 
 def image_workload(n: int, lake_root: Path):
@@ -91,6 +92,10 @@ def attention_workload(n: int, longest: int = 1024, device: str = "cpu"):
         for row, i in enumerate(batch):
             x[row, : lengths[i]] = data[i]
         torch.softmax(x @ x.transpose(1, 2) / WIDTH**0.5, dim=-1) @ x
+        if device == "cuda":
+            # A batch is done when its results could be read, as a generation's are: without this the GPU
+            # queues the work and every policy's clock (ours judges sizes by it) reads launch time alone.
+            torch.cuda.synchronize()
     return lengths, compute
 
 
@@ -228,7 +233,8 @@ def measure(lengths: list[int], compute: Callable, oom_rate: float, repeats: int
 
 def gpu_rows(n: int, repeats: int) -> list[dict] | str:
     """The attention workload on the GPU, lengths 8-4,096, under a budget its allocator enforces (a quarter
-    of the card, at most 16 GiB); ours measures peaks with ``max_memory_allocated``."""
+    of the card, at most 16 GiB); ours measures peaks with ``max_memory_allocated``. Each batch waits for its
+    GPU work (``synchronized``), as a generation that reads its results does."""
     if not torch.cuda.is_available():
         return "skipped: no CUDA device on this machine (the section runs wherever torch.cuda.is_available())"
     total = torch.cuda.get_device_properties(0).total_memory
@@ -240,8 +246,8 @@ def gpu_rows(n: int, repeats: int) -> list[dict] | str:
     rows = []
     for oom_rate, limit in ((0.0, None), (0.0, budget), (0.02, budget)):
         print(f"gpu attention, {n} items, injected OOM rate {oom_rate}, budget {limit}:", file=sys.stderr)
-        rows.append({"workload": "attention_gpu", **measure(lengths, compute, oom_rate, repeats, limit,
-                                                              meter=CudaPeaks, on_device=True)})
+        cell = measure(lengths, compute, oom_rate, repeats, limit, meter=CudaPeaks, on_device=True)
+        rows.append({"workload": "attention_gpu", "synchronized": True, **cell})
     return rows
 
 

@@ -6,10 +6,11 @@ Same data and budget for every configuration: one demo drop drawn at 64 px (the 
 the pipeline does), the demo's training settings and the same number of optimizer steps of the same global batch.
 
 1. Step probe: one rank's training step (micro-batch 32, the demo's share of a rank; one thread on the CPU) built
-   from the training loop's own pieces (``train.distributed.autocast``, ``train.loop.optimizer_step``), each
-   configuration in a fresh process, all of them in turn in each of ``--rounds`` rounds: samples/s (median, min,
-   max) and peak memory: on CUDA ``torch.cuda.max_memory_allocated``; on the CPU the resident set's high-water
-   mark (``/proc/self/status`` VmHWM, reset through ``clear_refs``). Both: in all, and above what a process holds
+   from the training loop's own pieces (``train.distributed.autocast``, ``train.loop.optimizer_step``), all
+   configurations in turn in each of ``--rounds`` rounds, on the CPU each in a fresh process, on CUDA all of a
+   round in one (a process start outlasts a GPU probe): samples/s (median, min, max) and peak memory: on CUDA
+   ``torch.cuda.max_memory_allocated``, reset for each; on the CPU the resident set's high-water mark
+   (``/proc/self/status`` VmHWM, reset through ``clear_refs``). Both: in all, and above what a process holds
    between steps (weights, optimizer state).
 2. Training: each trainable configuration trained by ``aigc train``'s function (torchrun, the demo's ranks) for
    ``--steps``: final validation loss, gradient-norm spikes (a step's norm over 5× the median of the 50 before it),
@@ -42,9 +43,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from paths import results_path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "precision.json"
+RESULTS = results_path("precision.json")  # bench/results, or $AIGC_BENCH_RESULTS
 DATE = "2026-11-28"
 CONFIGS = ("32/fp32", "32/bf16", "32/fp16", "64/fp32", "64/bf16", "64/fp16")
 PROBE_BATCH = 32
@@ -56,7 +58,7 @@ def parse(config: str) -> tuple[int, str]:
     return int(side), precision
 
 
-# --- 1. the step probe (runs in its own process: ``--probe 64/bf16``) -------------------------------------------
+# --- 1. the step probe (runs in its own process: ``--probe 64/bf16``, or ``--probe 32/fp32,64/bf16`` on CUDA) ----
 
 def _resident() -> tuple[int, int]:
     """(VmRSS, VmHWM) of this process in bytes."""
@@ -124,20 +126,25 @@ def probe(config: str, device_name: str, steps: int, max_s: float) -> dict:
 
 
 def run_probes(configs: list[str], device: str, rounds: int, steps: int, max_s: float) -> dict:
-    """Every configuration in a fresh process, all of them in turn in each round (the order rotates)."""
+    """All configurations in turn in each round (the order rotates). On the CPU each in a fresh process: its
+    memory figure is the process's high-water mark. On CUDA one process a round runs them all: the allocator's
+    peak is reset for each, and a process start (seconds: PyTorch, the CUDA context) would outlast the probe."""
     runs: dict[str, list[dict]] = {c: [] for c in configs}
     for r in range(rounds):
-        for config in configs[r % len(configs):] + configs[:r % len(configs)]:
-            out = subprocess.run([sys.executable, __file__, "--probe", config, "--device", device,
+        order = configs[r % len(configs):] + configs[:r % len(configs)]
+        groups = [order] if device == "cuda" else [[c] for c in order]
+        for group in groups:
+            out = subprocess.run([sys.executable, __file__, "--probe", ",".join(group), "--device", device,
                                   "--probe-steps", str(steps), "--probe-max-s", str(max_s)],
                                  capture_output=True, text=True, check=False)
             if out.returncode:
-                sys.exit(f"probe {config} failed: {out.stderr[-2000:]}")
-            runs[config].append(json.loads(out.stdout.strip().splitlines()[-1]))
-            m = runs[config][-1]
-            print(f"B8 probe round {r + 1}: {config:8s} {m['samples_per_s']:8.1f} samples/s, peak "
-                  f"{m['peak_bytes'] / 2**20:.0f} MiB ({m['peak_above_held_bytes'] / 2**20:.1f} above held)",
-                  file=sys.stderr, flush=True)
+                sys.exit(f"probe {','.join(group)} failed: {out.stderr[-2000:]}")
+            for line in out.stdout.strip().splitlines()[-len(group):]:
+                m = json.loads(line)
+                runs[m["config"]].append(m)
+                print(f"B8 probe round {r + 1}: {m['config']:8s} {m['samples_per_s']:8.1f} samples/s, peak "
+                      f"{m['peak_bytes'] / 2**20:.0f} MiB ({m['peak_above_held_bytes'] / 2**20:.1f} above held)",
+                      file=sys.stderr, flush=True)
     out = {}
     for config, ms in runs.items():
         speeds = [m["samples_per_s"] for m in ms]
@@ -302,8 +309,16 @@ def main() -> None:
     ap.add_argument("--results", default=str(RESULTS), help="JSON out (the plot beside it, .png)")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.probe:
-        print(json.dumps(probe(args.probe, args.device or "cpu", args.probe_steps, args.probe_max_s)))
+    if args.probe:  # one configuration, or several in turn (on CUDA: run_probes)
+        for config in args.probe.split(","):
+            print(json.dumps(probe(config, args.device or "cpu", args.probe_steps, args.probe_max_s)), flush=True)
+            if (args.device or "cpu") == "cuda":
+                import gc
+
+                import torch
+
+                gc.collect()
+                torch.cuda.empty_cache()  # the next one's peak starts from what it allocates itself
         return
 
     import torch

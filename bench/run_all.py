@@ -1,6 +1,6 @@
 """``make bench``: every benchmark in turn, each one's wall time recorded, then the one table.
 
-    python bench/run_all.py [--full] [--only loading_bench precision_bench ...]
+    python bench/run_all.py [--full | --gpu] [--only loading_bench precision_bench ...]
 
 Two profiles of the same scripts. The standard one (``make bench``) is cut towards issue 20's 25 minutes on 2 cores
 (not reached: 34 minutes on a fast 2-core host, 57 on a slow one, see the README): every comparison, every row a
@@ -8,6 +8,10 @@ median of 3 runs alternating the alternatives, at two data sizes, but smaller si
 own defaults.
 ``--full`` (``make bench-full``, about an hour on a fast host) runs the scripts' defaults: the sizes and budgets
 the README's sections quote. The table shows each row's size.
+``--gpu`` (``make bench-gpu``, a few minutes on one GPU) is the GPU section: B2's training loop, B1's attention
+workload under the allocator's budget, B6's variants where they serve and B8's configurations, on CUDA; results in
+``bench/results/gpu/`` (``$AIGC_BENCH_RESULTS``), beside the CPU ones. Without CUDA it says so and stops; B5 needs
+two GPUs (it is skipped, with the reason, on one).
 
 The times go to ``bench/results/bench_times.json``, per profile: each script's latest, their sum (what one run of
 the profile takes) and, after a run of every script, that run's own wall time. A script that fails stops the run
@@ -20,10 +24,13 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from paths import GPU
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results" / "bench_times.json"
@@ -34,6 +41,7 @@ class Bench:
     script: str
     standard: tuple[str, ...]  # make bench: the smaller sizes and budgets
     full: tuple[str, ...] = ()  # make bench-full: beyond the script's defaults
+    gpu: tuple[str, ...] | None = None  # make bench-gpu: its CUDA flags (None: not in the GPU section)
 
     @property
     def name(self) -> str:
@@ -45,45 +53,63 @@ SCRIPTS: list[Bench] = [
     Bench("prepare_bench.py", ("--n", "10000", "--memory-n", "2000")),
     Bench("prepare_scaling.py", ("--sizes", "5000", "20000", "--repeats", "3"), ("--repeats", "3")),
     Bench("prepare_fanout.py", ("--parts", "1", "2")),
-    Bench("loading_bench.py", ("--sizes", "500", "1500")),
+    Bench("loading_bench.py", ("--sizes", "500", "1500"),
+          gpu=("--device", "cuda", "--feeding-only", "--sizes", "1500", "3000")),
     # train_bench's 1-vs-2-process table is left out of both: B5 (ddp_scaling) and B8 measure it better.
     Bench("train_bench.py", ("--only", "ddp_scaling", "balance", "--steps", "30"),
           ("--only", "ddp_scaling", "balance")),
     # contiguous and round-robin (the issue's baselines), length-grouped (the strongest simple one), ours.
     Bench("balance_bench.py", ("--splits", "contiguous", "round_robin", "length_grouped", "balanced", "--steps", "6")),
-    Bench("precision_bench.py", ("--steps", "150", "--probe-max-s", "4")),
-    Bench("batching_bench.py", ("--image-items", "500", "2000", "--attention-items", "2000", "8000")),
+    Bench("precision_bench.py", ("--steps", "150", "--probe-max-s", "4"),
+          gpu=("--device", "cuda", "--steps", "300", "--probe-max-s", "2")),
+    Bench("batching_bench.py", ("--image-items", "500", "2000", "--attention-items", "2000", "8000"),
+          gpu=("--workloads", "gpu", "--attention-items", "20000")),
     Bench("long_prompts_bench.py", ("--prompts", "16", "32")),
-    Bench("variants_bench.py", ("--train-steps", "600")),
+    Bench("variants_bench.py", ("--train-steps", "600"), gpu=("--train-steps", "600")),
     Bench("pipeline_bench.py", ("--preset", "smoke", "--repeats", "3"), ("--preset", "smoke", "--repeats", "3")),
 ]
 GOAL_S = {"standard": 25 * 60}
 
 
+def flags_of(bench: Bench, profile: str) -> tuple[str, ...] | None:
+    return {"standard": bench.standard, "full": bench.full, "gpu": bench.gpu}[profile]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true", help="the scripts' default sizes and budgets (about an hour)")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--full", action="store_true", help="the scripts' default sizes and budgets (about an hour)")
+    which.add_argument("--gpu", action="store_true", help="the GPU section (needs CUDA; results in bench/results/gpu)")
     ap.add_argument("--only", nargs="+", choices=[b.name for b in SCRIPTS], help="run these (default: all)")
     args = ap.parse_args()
-    profile = "full" if args.full else "standard"
-    chosen = [b for b in SCRIPTS if not args.only or b.name in args.only]
-    everything = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    profile = "full" if args.full else "gpu" if args.gpu else "standard"
+    in_profile = [b for b in SCRIPTS if flags_of(b, profile) is not None]
+    chosen = [b for b in in_profile if not args.only or b.name in args.only]
+    gpus = cuda_devices()
+    if profile == "gpu":
+        if not gpus:
+            sys.exit("GPU section not run: no CUDA device here (torch.cuda.is_available() is False)")
+        print(f"GPU section on {gpus} GPU(s); B5 (DDP scaling) skipped: it compares 2 ranks with 1 and this section "
+              "has no two-GPU form yet", file=sys.stderr, flush=True)
+        os.environ["AIGC_BENCH_RESULTS"] = str(GPU)  # the scripts' results beside the CPU ones
+    # The GPU section's times go with its results (its table reads them from there).
+    times = RESULTS.parent / GPU.name / RESULTS.name if profile == "gpu" else RESULTS
+    everything = json.loads(times.read_text()) if times.exists() else {}
     kept = everything.get(profile, {})
     seconds = dict(kept.get("seconds", {}))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    times.parent.mkdir(parents=True, exist_ok=True)
 
     def write(record: dict) -> None:
-        RESULTS.write_text(json.dumps({**everything, profile: record}, indent=2) + "\n")
+        times.write_text(json.dumps({**everything, profile: record}, indent=2) + "\n")
 
-    gpu = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-                         capture_output=True, text=True).stdout.strip() == "True"
+    gpu = bool(gpus)
     if not gpu:
         print("GPU section skipped: no CUDA device here (torch.cuda.is_available() is False). With one, B8 trains "
               "every configuration on it (fp16 included), B6 times each variant where it serves and B1 adds its "
-              "GPU rows; B2 and B5 measure the CPU path only.", file=sys.stderr, flush=True)
+              "GPU rows; `make bench-gpu` runs those and B2's training loop on the GPU.", file=sys.stderr, flush=True)
     started = time.perf_counter()
     for bench in chosen:
-        flags = list(bench.full if args.full else bench.standard)
+        flags = list(flags_of(bench, profile))
         print(f"\n=== {bench.script} {' '.join(flags)}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         rc = subprocess.call([sys.executable, str(BENCH / bench.script), *flags])
@@ -97,16 +123,23 @@ def main() -> None:
     record = {**kept, "seconds": seconds, "gpu": gpu, "host": machine(),
               "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               # Every script's latest time: their sum is what one run of the profile takes, once each has a time.
-              "total_s": round(sum(seconds.get(b.name, 0.0) for b in SCRIPTS), 1),
-              "missing": [b.script for b in SCRIPTS if b.name not in seconds], "goal_s": GOAL_S.get(profile)}
-    if len(chosen) == len(SCRIPTS):
+              "total_s": round(sum(seconds.get(b.name, 0.0) for b in in_profile), 1),
+              "missing": [b.script for b in in_profile if b.name not in seconds], "goal_s": GOAL_S.get(profile)}
+    if len(chosen) == len(in_profile):
         record["one_run_s"] = round(time.perf_counter() - started, 1)
     elif "one_run_s" in record:  # a partial run makes the last whole run's figure stale
         record["one_run_s"] = None
     write(record)
-    subprocess.check_call([sys.executable, str(BENCH / "summary.py")])
+    subprocess.check_call([sys.executable, str(BENCH / "summary.py"), *(["--gpu"] if profile == "gpu" else [])])
     print(json.dumps({"profile": profile, "seconds": seconds, "total_s": record["total_s"],
                       "one_run_s": record.get("one_run_s")}))
+
+
+def cuda_devices() -> int:
+    """How many CUDA devices PyTorch sees, asked in a child process: this one stays free of CUDA state."""
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                         capture_output=True, text=True).stdout.strip()
+    return int(out) if out.isdigit() else 0
 
 
 if __name__ == "__main__":

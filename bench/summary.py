@@ -1,10 +1,11 @@
 """One table of every benchmark's latest figures, read from ``bench/results/*.json`` (what ``make bench`` wrote).
 
-    python bench/summary.py [--markdown bench/results/summary.md] [--readme README.md]
+    python bench/summary.py [--gpu] [--markdown bench/results/summary.md] [--readme README.md]
 
 Each row: what it compares, the data size, the runs behind the figure, the result against the strongest
 simple alternative, the goal and whether it was met. A comparison with no result file says so (``not run``);
 nothing here is estimated. The machine the figures were measured on is printed above the table.
+``--gpu``: the GPU section's table, from ``bench/results/gpu/`` (``make bench-gpu``), into its own README block.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import platform
 from collections.abc import Callable
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from paths import DEFAULT, GPU
+
+RESULTS = DEFAULT
 
 
 def _load(name: str):
@@ -38,11 +41,14 @@ def loading_rows(d) -> list[list]:
                          f"{ratio:.1f}x ({r[f'{where} shards']['median']:.0f} vs "
                          f"{r[f'{where} objects']['median']:.0f} samples/s)",
                          ">= 10x" if where == "s3" else "-", _verdict(ratio >= 10) if where == "s3" else "n/a"])
-    f = d.get("feeding") or {}
-    if f:
+    where = f"{d.get('lake', 'S3')}, model on {d.get('device', 'cpu')}"
+    for f in (d.get("feeding_by_size") or {"": d.get("feeding")}).values():
+        if not f:
+            continue
         ratio = f["text_only_vs_image_text"]
         rows.append(["B2 loading", "training loop: text-only vs image-text (background decoder; inline "
-                     f"{f['text_only_vs_inline']:.2f}x)", f"{f['samples']} pairs, S3", f["loop background"]["runs"],
+                     f"{f['text_only_vs_inline']:.2f}x)", f"{f['samples']} pairs, {where}",
+                     f["loop background"]["runs"],
                      f"{ratio:.2f}x ({f['loop text-only']['median']:.0f} vs {f['loop background']['median']:.0f} "
                      "samples/s)", "<= 2x", _verdict(ratio <= 2)])
     return rows
@@ -50,13 +56,16 @@ def loading_rows(d) -> list[list]:
 
 def batching_rows(d) -> list[list]:
     rows = []
-    for r in d["rows"]:
+    for r in d["rows"] + (d["gpu"] if isinstance(d.get("gpu"), list) else []):  # gpu: the rows or why not run
         budget = f", budget {r['budget_bytes'] / 2**20:.1f} MiB" if r.get("budget_bytes") else ""
         best = r.get("best_planner") or r["oracle"]
         ratio = r.get("ours_vs_best_planner") or r["ours_vs_oracle"]
+        result = f"{ratio:.2f}x its items/s, OOM rate {r['oom_rate']:.2f}"
+        if r["workload"].endswith("_gpu") and not (r.get("synchronized") or r.get("budget_bytes")):
+            # Before batches waited for their GPU work (the budget's accountant waits for it): launch rates.
+            result = f"not valid: the clock read kernel launches, not GPU work ({result}); rerun make bench-gpu"
         rows.append(["B1 batching", f"adaptive batcher vs best fixed batch ({best}) in hindsight{budget}",
-                     f"{r['items']} {r['workload']} items", r.get("repeats", d.get("repeats")),
-                     f"{ratio:.2f}x its items/s, OOM rate {r['oom_rate']:.2f}", "-", "n/a"])
+                     f"{r['items']} {r['workload']} items", r.get("repeats", d.get("repeats")), result, "-", "n/a"])
     return rows
 
 
@@ -191,7 +200,7 @@ def precision_rows(d) -> list[list]:
     return rows
 
 
-PROFILES = {"standard": "make bench", "full": "make bench-full"}
+PROFILES = {"standard": "make bench", "full": "make bench-full", "gpu": "make bench-gpu"}
 
 
 def bench_time_rows(d) -> list[list]:
@@ -250,11 +259,17 @@ SOURCES: list[tuple[str, str, Callable[[dict], list[list]]]] = [
 ]
 
 
-def table() -> list[list]:
+# The GPU section's comparisons (run_all.py --gpu): the others have no GPU form.
+GPU_SOURCES = ("loading.json", "batching.json", "variants.json", "precision.json", "bench_times.json")
+
+
+def table(gpu: bool = False) -> list[list]:
     rows = []
     for name, label, extract in SOURCES:
+        if gpu and name not in GPU_SOURCES:
+            continue
         data = _load(name)
-        rows += extract(data) if data else [[label, f"not run (no bench/results/{name})", "", "", "", "", ""]]
+        rows += extract(data) if data else [[label, f"not run (no {RESULTS.name}/{name})", "", "", "", "", ""]]
     return rows
 
 
@@ -269,41 +284,69 @@ def cpu_model() -> str:
     return f"{name or 'unknown CPU'} ({'with' if 'avx512_bf16' in info else 'no'} avx512_bf16)"
 
 
+def gpu_model() -> str:
+    """The GPUs NVML sees, with their memory ("" without a driver): the GPU section's rows depend on them."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver: a CPU host
+        return ""
+    try:
+        names = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            gib = pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30
+            names.append(f"{name.decode() if isinstance(name, bytes) else name} ({gib:.0f} GiB)")
+        return ", ".join(names)
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def machine() -> str:
-    return (f"{platform.machine()}, {os.cpu_count()} CPUs ({cpu_model()}), Python {platform.python_version()}, "
-            f"{platform.system()}")
+    gpus = gpu_model()
+    return (f"{platform.machine()}, {os.cpu_count()} CPUs ({cpu_model()}){', GPU ' + gpus if gpus else ''}, "
+            f"Python {platform.python_version()}, {platform.system()}")
 
 
 def main() -> None:
+    global RESULTS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--markdown", default=str(RESULTS / "summary.md"))
-    ap.add_argument("--readme", default=str(RESULTS.parents[1] / "README.md"),
+    ap.add_argument("--gpu", action="store_true", help="the GPU section's table (bench/results/gpu)")
+    ap.add_argument("--markdown", default=None, help="default: summary.md beside the results")
+    ap.add_argument("--readme", default=str(DEFAULT.parents[1] / "README.md"),
                     help="the README whose marked block gets the table ('' to leave it)")
     args = ap.parse_args()
+    RESULTS = GPU if args.gpu else DEFAULT
+    # The GPU table is often written on another host than the GPU's: it names the one its times recorded.
+    host = ((_load("bench_times.json") or {}).get("gpu") or {}).get("host") if args.gpu else None
+    host = host or machine()
     head = ["id", "compares", "data", "runs", "result (median)", "goal", "verdict"]
-    rows = table()
+    rows = table(args.gpu)
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    print(f"benchmarks on {machine()}")
+    print(f"benchmarks on {host}")
     for r in [head, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    md = [f"Measured on {machine()}.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    md = [f"Measured on {host}.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     md += script_times_md(_load("bench_times.json") or {})
-    Path(args.markdown).write_text("\n".join(md) + "\n")
+    Path(args.markdown or RESULTS / "summary.md").write_text("\n".join(md) + "\n")
     if args.readme:
         readme = Path(args.readme)
-        readme.write_text(with_table(readme.read_text(), "\n".join(md)))
+        readme.write_text(with_table(readme.read_text(), "\n".join(md), *(GPU_MARKERS if args.gpu else MARKERS)))
 
 
-START, END = "<!-- bench summary: written by bench/summary.py -->", "<!-- end of bench summary -->"
+MARKERS = START, END = "<!-- bench summary: written by bench/summary.py -->", "<!-- end of bench summary -->"
+GPU_MARKERS = "<!-- gpu bench summary: written by bench/summary.py --gpu -->", "<!-- end of gpu bench summary -->"
 
 
-def with_table(text: str, table_md: str) -> str:
+def with_table(text: str, table_md: str, start: str = START, end: str = END) -> str:
     """``text`` with the block between the README's two markers replaced by ``table_md`` (unchanged without them)."""
-    if START not in text or END not in text:
+    if start not in text or end not in text:
         return text
-    head, rest = text.split(START, 1)
-    return f"{head}{START}\n{table_md}\n{END}{rest.split(END, 1)[1]}"
+    head, rest = text.split(start, 1)
+    return f"{head}{start}\n{table_md}\n{end}{rest.split(end, 1)[1]}"
 
 
 if __name__ == "__main__":

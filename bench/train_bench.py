@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from paths import results_path
 
 from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig
 from aigc.lake import open_lake
@@ -34,7 +35,7 @@ from aigc.train.balance import balanced_plan, imbalance, naive_plan, sample_cost
 from aigc.train.launch import run_training
 
 DATE = "2026-11-28"
-RESULTS = Path(__file__).parent / "results" / "train.json"
+RESULTS = results_path("train.json")  # bench/results, or $AIGC_BENCH_RESULTS
 
 
 def ensure_partition(root: Path, n: int):

@@ -28,8 +28,10 @@ import sys
 import time
 from pathlib import Path
 
+from paths import results_path
+
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "variants.json"
+RESULTS = results_path("variants.json")  # bench/results, or $AIGC_BENCH_RESULTS
 DATE = "2026-11-28"
 AIGC = str(Path(sys.executable).with_name("aigc"))
 

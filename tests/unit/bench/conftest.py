@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
+if str(BENCH) not in sys.path:  # the scripts run as `python bench/x.py`, with their folder first on the path
+    sys.path.insert(0, str(BENCH))
 
 
 def _load(name: str):
