@@ -104,7 +104,8 @@ bench: install
 bench-full: install
 	$(BIN)/python bench/run_all.py --full
 
-# The venv's torch must be a CUDA build (README: GPU hosts); results go to bench/results/gpu.
+# The venv's torch must be a CUDA build (README: "Running with docker-compose" names the wheel indexes);
+# results go to bench/results/gpu (README: "The GPU section").
 bench-gpu: install
 	$(BIN)/python bench/run_all.py --gpu
 

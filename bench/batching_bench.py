@@ -33,7 +33,7 @@ allocator itself enforces (real OOMs, real peaks); elsewhere the JSON says why i
 Repeats alternate the policies in one process; each cell is the median items/s with its range.
 Every policy is checked to answer every item exactly once and in input order.
 
-The last line is one JSON object, also written to ``bench/results/batching.json``.
+The last line is one JSON object, also written to ``bench/results/batching.json`` (or ``$AIGC_BENCH_RESULTS``).
 """
 
 from __future__ import annotations

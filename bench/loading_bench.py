@@ -20,7 +20,7 @@ GPU, fed from the folder lake (no S3 server there): a GPU step is far quicker th
 loader has to keep up. The seed's 17× was measured on a GPU.
 
 Goals (issue 20): shards ≥ 10× small objects on S3; image–text within 2× of text-only. The last line is one
-JSON object, also written to ``bench/results/loading.json``.
+JSON object, also written to ``bench/results/loading.json`` (or ``$AIGC_BENCH_RESULTS``).
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def feeding_only(sizes: list[int], repeats: int, root: Path, device: str) -> dic
     by_size: dict[str, dict] = {}
     for n in sizes:
         folder = open_lake(str(root / f"n{n}"))
-        if not folder.exists("objects/index.json"):
+        if not folder.exists("objects/index.json"):  # the same lake as the full comparison's (objects unread here)
             prepared(folder, n)
             write_objects(folder, task_of(folder, cfg)[1])
         kept = len(task_of(folder, cfg)[1])
@@ -266,7 +266,6 @@ def write(result: dict) -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
-
 
 
 if __name__ == "__main__":

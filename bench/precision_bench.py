@@ -26,8 +26,9 @@ it is not trained: ``TrainConfig.precision='fp16'`` needs CUDA. Nor is a precisi
 ``--max-slowdown`` (4) times slower than the fastest at the same resolution (bf16 on a CPU without bf16
 instructions): same model, same data, only the numerics differ, so it cannot be the cheapest (``untrainable``).
 With a GPU every configuration is trained on it unless the probe rules it out.
-The last line is one JSON object, also written to ``bench/results/precision.json`` (plot: ``precision.png``;
-``--results`` elsewhere: the demo's full budget is ``--steps 1500 --results bench/results/precision_1500.json``).
+The last line is one JSON object, also written to ``bench/results/precision.json`` (or ``$AIGC_BENCH_RESULTS``;
+plot: ``precision.png``; ``--results`` elsewhere: the demo's full budget is ``--steps 1500 --results
+bench/results/precision_1500.json``).
 """
 
 from __future__ import annotations
@@ -139,8 +140,10 @@ def run_probes(configs: list[str], device: str, rounds: int, steps: int, max_s: 
                                  capture_output=True, text=True, check=False)
             if out.returncode:
                 sys.exit(f"probe {','.join(group)} failed: {out.stderr[-2000:]}")
-            for line in out.stdout.strip().splitlines()[-len(group):]:
-                m = json.loads(line)
+            measured = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"config"')]
+            if [m["config"] for m in measured] != group:
+                sys.exit(f"probe {','.join(group)} answered for {[m['config'] for m in measured]}")
+            for m in measured:
                 runs[m["config"]].append(m)
                 print(f"B8 probe round {r + 1}: {m['config']:8s} {m['samples_per_s']:8.1f} samples/s, peak "
                       f"{m['peak_bytes'] / 2**20:.0f} MiB ({m['peak_above_held_bytes'] / 2**20:.1f} above held)",
@@ -317,8 +320,8 @@ def main() -> None:
 
                 import torch
 
-                gc.collect()
-                torch.cuda.empty_cache()  # the next one's peak starts from what it allocates itself
+                gc.collect()  # the last one's model and optimizer are gone before the next one's held memory is read
+                torch.cuda.empty_cache()  # and their cached blocks go back (probe() resets the peak itself)
         return
 
     import torch

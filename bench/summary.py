@@ -41,7 +41,7 @@ def loading_rows(d) -> list[list]:
                          f"{ratio:.1f}x ({r[f'{where} shards']['median']:.0f} vs "
                          f"{r[f'{where} objects']['median']:.0f} samples/s)",
                          ">= 10x" if where == "s3" else "-", _verdict(ratio >= 10) if where == "s3" else "n/a"])
-    where = f"{d.get('lake', 'S3')}, model on {d.get('device', 'cpu')}"
+    where = d.get("lake", "S3") + (f", model on {d['device']}" if d.get("device", "cpu") != "cpu" else "")
     for f in (d.get("feeding_by_size") or {"": d.get("feeding")}).values():
         if not f:
             continue
@@ -58,13 +58,16 @@ def batching_rows(d) -> list[list]:
     rows = []
     for r in d["rows"] + (d["gpu"] if isinstance(d.get("gpu"), list) else []):  # gpu: the rows or why not run
         budget = f", budget {r['budget_bytes'] / 2**20:.1f} MiB" if r.get("budget_bytes") else ""
-        best = r.get("best_planner") or r["oracle"]
-        ratio = r.get("ours_vs_best_planner") or r["ours_vs_oracle"]
-        result = f"{ratio:.2f}x its items/s, OOM rate {r['oom_rate']:.2f}"
+        planner = r.get("best_planner")
+        vs = (f"the best planner ({planner}) / the best fixed batch ({r['oracle']})" if planner
+              else f"the best fixed batch ({r['oracle']})")
+        ratio = (f"{r['ours_vs_best_planner']:.2f}x / {r['ours_vs_oracle']:.2f}x" if planner
+                 else f"{r['ours_vs_oracle']:.2f}x")
+        result = f"{ratio} their items/s, OOM rate {r['oom_rate']:.2f}"
         if r["workload"].endswith("_gpu") and not (r.get("synchronized") or r.get("budget_bytes")):
             # Before batches waited for their GPU work (the budget's accountant waits for it): launch rates.
             result = f"not valid: the clock read kernel launches, not GPU work ({result}); rerun make bench-gpu"
-        rows.append(["B1 batching", f"adaptive batcher vs best fixed batch ({best}) in hindsight{budget}",
+        rows.append(["B1 batching", f"adaptive batcher vs {vs} in hindsight{budget}",
                      f"{r['items']} {r['workload']} items", r.get("repeats", d.get("repeats")), result, "-", "n/a"])
     return rows
 
@@ -269,7 +272,9 @@ def table(gpu: bool = False) -> list[list]:
         if gpu and name not in GPU_SOURCES:
             continue
         data = _load(name)
-        rows += extract(data) if data else [[label, f"not run (no {RESULTS.name}/{name})", "", "", "", "", ""]]
+        missing = RESULTS / name
+        missing = missing.relative_to(DEFAULT.parents[1]) if missing.is_relative_to(DEFAULT.parents[1]) else missing
+        rows += extract(data) if data else [[label, f"not run (no {missing})", "", "", "", "", ""]]
     return rows
 
 
@@ -319,9 +324,8 @@ def main() -> None:
                     help="the README whose marked block gets the table ('' to leave it)")
     args = ap.parse_args()
     RESULTS = GPU if args.gpu else DEFAULT
-    # The GPU table is often written on another host than the GPU's: it names the one its times recorded.
-    host = ((_load("bench_times.json") or {}).get("gpu") or {}).get("host") if args.gpu else None
-    host = host or machine()
+    # The host its profile's run recorded (a table rewritten elsewhere, e.g. the GPU's, still names it); else this.
+    host = ((_load("bench_times.json") or {}).get("gpu" if args.gpu else "standard") or {}).get("host") or machine()
     head = ["id", "compares", "data", "runs", "result (median)", "goal", "verdict"]
     rows = table(args.gpu)
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]

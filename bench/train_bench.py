@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from paths import results_path
 
 from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig
 from aigc.lake import open_lake
@@ -35,7 +34,7 @@ from aigc.train.balance import balanced_plan, imbalance, naive_plan, sample_cost
 from aigc.train.launch import run_training
 
 DATE = "2026-11-28"
-RESULTS = results_path("train.json")  # bench/results, or $AIGC_BENCH_RESULTS
+RESULTS = Path(__file__).parent / "results" / "train.json"
 
 
 def ensure_partition(root: Path, n: int):

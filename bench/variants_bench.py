@@ -14,7 +14,7 @@ every variant gate 3 made of it (fp32, bf16, pruned, int8 ONNX, …), each loade
   reaches 0 or below.
 
 Goal (issue 20): int8 ≥ 1.5× faster than fp32 at an alignment not significantly lower. The last line is one
-JSON object, also written to ``bench/results/variants.json``.
+JSON object, also written to ``bench/results/variants.json`` (or ``$AIGC_BENCH_RESULTS``).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def test_with_a_gpu_the_section_runs_its_scripts_with_their_cuda_flags_into_resu
     times = tmp_path / "bench_times.json"
     monkeypatch.setattr(run_all, "RESULTS", times)
     monkeypatch.setattr(run_all, "cuda_devices", lambda: 1)
-    monkeypatch.delenv("AIGC_BENCH_RESULTS", raising=False)
+    monkeypatch.setenv("AIGC_BENCH_RESULTS", "unset after the test")  # main() sets it: monkeypatch restores it
     calls, envs = [], []
 
     def call(argv):
@@ -54,6 +54,15 @@ def test_with_a_gpu_the_section_runs_its_scripts_with_their_cuda_flags_into_resu
     assert not times.exists()  # the CPU profiles' file is left alone: the GPU's times go with its results
     record = json.loads((tmp_path / "gpu" / "bench_times.json").read_text())["gpu"]
     assert record["missing"] == [] and record["one_run_s"] is not None and record["gpu"] is True
+
+
+def test_a_script_outside_the_gpu_section_is_refused_by_name(bench_module, monkeypatch, capsys):
+    run_all = bench_module("run_all")
+    monkeypatch.setattr(run_all, "cuda_devices", lambda: 1)
+    monkeypatch.setattr(sys, "argv", ["run_all.py", "--gpu", "--only", "balance_bench"])
+    with pytest.raises(SystemExit):
+        run_all.main()
+    assert "not in the gpu profile: ['balance_bench']" in capsys.readouterr().err
 
 
 def test_the_gpu_flags_are_options_of_their_scripts(bench_module):
@@ -93,7 +102,7 @@ def test_the_gpu_table_has_the_gpu_comparisons_only_and_its_own_readme_block(ben
     summary.main()
     md = (gpu / "summary.md").read_text()
     assert "B3" not in md and "B7" not in md  # no GPU form: left out, not "not run"
-    assert "B6 variants | not run (no gpu/variants.json)" in md
+    assert f"B6 variants | not run (no {gpu / 'variants.json'})" in md
     b2 = [line for line in md.splitlines() if line.startswith("| B2")]
     assert len(b2) == 2 and "1500 pairs, folder, model on cuda" in b2[0] and b2[1].endswith("| MISSED |")
     text = readme.read_text()
@@ -133,6 +142,14 @@ def test_on_cuda_each_round_probes_every_configuration_in_one_process_on_the_cpu
     argvs.clear()
     bench.run_probes(configs, "cpu", rounds=2, steps=2, max_s=1.0)
     assert len(argvs) == 6 and all("," not in a[a.index("--probe") + 1] for a in argvs)
+
+
+@pytest.mark.timeout(120)
+def test_one_probe_process_answers_for_each_configuration_it_is_given_in_order():
+    out = subprocess.run([sys.executable, str(BENCH / "precision_bench.py"), "--probe", "64/fp32,32/fp32",
+                          "--probe-steps", "2", "--probe-max-s", "0.5"], capture_output=True, text=True, check=True)
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [m["config"] for m in lines] == ["64/fp32", "32/fp32"] and all(m["steps"] == 2 for m in lines)
 
 
 @pytest.mark.timeout(180)
