@@ -52,6 +52,17 @@ def prepared(lake, n: int) -> None:
     publish_prepared(lake, "shapes", DATE, summary["run_id"])
 
 
+def folder_lake(root: Path, n: int, cfg):
+    """The folder lake of ``n`` records, prepared once and kept (with its one-object-per-image copy)."""
+    from aigc.lake import open_lake
+
+    folder = open_lake(str(root / f"n{n}"))
+    if not folder.exists("objects/index.json"):
+        prepared(folder, n)
+        write_objects(folder, task_of(folder, cfg)[1])
+    return folder
+
+
 def task_of(lake, cfg):
     from aigc.train.data import load_window
     from aigc.workloads import workload_of
@@ -105,6 +116,13 @@ def read_rate(make, batches) -> float:
     for b in batches:
         make(b)
     return sum(map(len, batches)) / (time.perf_counter() - started)
+
+
+def feed_round(lake, cfg, batches, device: str, runs: dict[str, list[float]], tag: str) -> None:
+    """One round of the training-loop comparison: each way of feeding it in turn, its samples/s into ``runs``."""
+    for mode in ("background", "inline", "text-only"):
+        runs.setdefault(f"loop {mode}", []).append(loop_rate(lake, cfg, mode, batches, device))
+        print(f"{tag}: loop {mode:10s} {runs[f'loop {mode}'][-1]:8.0f} samples/s", file=sys.stderr)
 
 
 def loop_rate(lake, cfg, mode: str, batches, device: str = "cpu") -> float:
@@ -165,17 +183,14 @@ def main() -> None:
 
     from aigc.config import preset
     from aigc.devtools.s3server import local_s3
-    from aigc.lake import S3Lake, open_lake
+    from aigc.lake import S3Lake
 
     cfg = preset("demo")
     reading: dict[str, dict] = {}
     feeding: dict[str, dict] = {}
     with local_s3() as s3:
         for n in args.sizes:
-            folder = open_lake(str(Path(args.root).resolve() / f"n{n}"))
-            if not folder.exists("objects/index.json"):
-                prepared(folder, n)
-                write_objects(folder, task_of(folder, cfg)[1])
+            folder = folder_lake(Path(args.root).resolve(), n, cfg)
             bucket = S3Lake(f"s3://{s3.bucket}/n{n}", s3.options())
             prepared(bucket, n)
             write_objects(bucket, task_of(bucket, cfg)[1])
@@ -191,11 +206,7 @@ def main() -> None:
                         print(f"B2 n={kept} repeat {r + 1}: {where:6s} {name:7s} "
                               f"{runs[f'{where} {name}'][-1]:8.0f} samples/s", file=sys.stderr)
                 if n == args.sizes[-1]:
-                    for mode in ("background", "inline", "text-only"):
-                        runs.setdefault(f"loop {mode}", []).append(loop_rate(bucket, cfg, mode, batches,
-                                                                             args.device))
-                        print(f"B2 n={kept} repeat {r + 1}: loop   {mode:10s} {runs[f'loop {mode}'][-1]:8.0f} "
-                              "samples/s", file=sys.stderr)
+                    feed_round(bucket, cfg, batches, args.device, runs, f"B2 n={kept} repeat {r + 1}")
             cell = {k: summarise(v) for k, v in runs.items()}
             reading[str(kept)] = {k: v for k, v in cell.items() if not k.startswith("loop")}
             for where in ("s3", "folder"):
@@ -235,23 +246,16 @@ def feeding_goal(feeding: dict) -> dict:
 def feeding_only(sizes: list[int], repeats: int, root: Path, device: str) -> dict:
     """The training-loop comparison alone, at every size, from folder lakes: the GPU section's B2."""
     from aigc.config import preset
-    from aigc.lake import open_lake
 
     cfg = preset("demo")
     by_size: dict[str, dict] = {}
     for n in sizes:
-        folder = open_lake(str(root / f"n{n}"))
-        if not folder.exists("objects/index.json"):  # the same lake as the full comparison's (objects unread here)
-            prepared(folder, n)
-            write_objects(folder, task_of(folder, cfg)[1])
+        folder = folder_lake(root, n, cfg)  # the full comparison's lake (its objects are not read here)
         kept = len(task_of(folder, cfg)[1])
         batches = batches_of(kept)
         runs: dict[str, list[float]] = {}
         for r in range(repeats):
-            for mode in ("background", "inline", "text-only"):
-                runs.setdefault(f"loop {mode}", []).append(loop_rate(folder, cfg, mode, batches, device))
-                print(f"B2 {device} n={kept} repeat {r + 1}: loop {mode:10s} {runs[f'loop {mode}'][-1]:8.0f} "
-                      "samples/s", file=sys.stderr)
+            feed_round(folder, cfg, batches, device, runs, f"B2 {device} n={kept} repeat {r + 1}")
         by_size[str(kept)] = feeding_cell(kept, {k: summarise(v) for k, v in runs.items()})
     feeding = by_size[max(by_size, key=int)]
     worst = max(by_size.values(), key=lambda f: f["text_only_vs_image_text"])

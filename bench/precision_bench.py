@@ -313,9 +313,10 @@ def main() -> None:
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.probe:  # one configuration, or several in turn (on CUDA: run_probes)
+        device = args.device or "cpu"
         for config in args.probe.split(","):
-            print(json.dumps(probe(config, args.device or "cpu", args.probe_steps, args.probe_max_s)), flush=True)
-            if (args.device or "cpu") == "cuda":
+            print(json.dumps(probe(config, device, args.probe_steps, args.probe_max_s)), flush=True)
+            if device == "cuda":
                 import gc
 
                 import torch

@@ -94,7 +94,6 @@ def main() -> None:
             sys.exit("GPU section not run: no CUDA device here (torch.cuda.is_available() is False)")
         print(f"GPU section on {gpus} GPU(s); B5 (DDP scaling, 2 ranks against 1) is not in it: it has no GPU form "
               "yet", file=sys.stderr, flush=True)
-        os.environ["AIGC_BENCH_RESULTS"] = str(GPU)  # the scripts' results beside the CPU ones
     # The GPU section's times go with its results (its table reads them from there).
     times = RESULTS.parent / GPU.name / RESULTS.name if profile == "gpu" else RESULTS
     everything = json.loads(times.read_text()) if times.exists() else {}
@@ -110,12 +109,14 @@ def main() -> None:
         print("GPU section skipped: no CUDA device here (torch.cuda.is_available() is False). With one, B8 trains "
               "every configuration on it (fp16 included), B6 times each variant where it serves and B1 adds its "
               "GPU rows; `make bench-gpu` runs those and B2's training loop on the GPU.", file=sys.stderr, flush=True)
+    # The GPU section's scripts write their results beside the CPU ones.
+    env = {**os.environ, "AIGC_BENCH_RESULTS": str(GPU)} if profile == "gpu" else None
     started = time.perf_counter()
     for bench in chosen:
         flags = list(flags_of(bench, profile))
         print(f"\n=== {bench.script} {' '.join(flags)}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        rc = subprocess.call([sys.executable, str(BENCH / bench.script), *flags])
+        rc = subprocess.call([sys.executable, str(BENCH / bench.script), *flags], env=env)
         seconds[bench.name] = round(time.perf_counter() - t0, 1)
         write({**kept, "seconds": seconds})  # progress, if stopped
         if rc:

@@ -19,7 +19,7 @@ from tests.unit.bench.conftest import BENCH
 def test_no_cuda_stops_the_gpu_section_with_the_reason_and_runs_nothing(bench_module, monkeypatch, capsys):
     run_all = bench_module("run_all")
     monkeypatch.setattr(run_all, "cuda_devices", lambda: 0)
-    monkeypatch.setattr(run_all.subprocess, "call", lambda argv: pytest.fail(f"ran {argv}"))
+    monkeypatch.setattr(run_all.subprocess, "call", lambda argv, env=None: pytest.fail(f"ran {argv}"))
     monkeypatch.setattr(sys, "argv", ["run_all.py", "--gpu"])
     with pytest.raises(SystemExit, match="no CUDA device here"):
         run_all.main()
@@ -31,12 +31,11 @@ def test_with_a_gpu_the_section_runs_its_scripts_with_their_cuda_flags_into_resu
     times = tmp_path / "bench_times.json"
     monkeypatch.setattr(run_all, "RESULTS", times)
     monkeypatch.setattr(run_all, "cuda_devices", lambda: 1)
-    monkeypatch.setenv("AIGC_BENCH_RESULTS", "unset after the test")  # main() sets it: monkeypatch restores it
     calls, envs = [], []
 
-    def call(argv):
+    def call(argv, env=None):
         calls.append(argv)
-        envs.append(run_all.os.environ.get("AIGC_BENCH_RESULTS"))
+        envs.append((env or {}).get("AIGC_BENCH_RESULTS"))
         return 0
 
     monkeypatch.setattr(run_all.subprocess, "call", call)

@@ -30,7 +30,7 @@ def test_a_run_records_its_profile_times_apart_and_keeps_the_other_profiles(benc
     times.write_text(json.dumps({"full": {"seconds": {"prepare_bench": 100.0}, "total_s": 3000.0}}))
     monkeypatch.setattr(run_all, "RESULTS", times)
     calls = []
-    monkeypatch.setattr(run_all.subprocess, "call", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr(run_all.subprocess, "call", lambda argv, env=None: calls.append(argv) or 0)
     monkeypatch.setattr(run_all.subprocess, "check_call", lambda argv: calls.append(argv) or 0)
     monkeypatch.setattr(sys, "argv", ["run_all.py", "--only", "prepare_bench", "balance_bench"])
     run_all.main()
