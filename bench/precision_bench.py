@@ -25,6 +25,8 @@ fp16 on a CPU: the probe measures it (PyTorch has no fast fp16 CPU kernels: it r
 it is not trained: ``TrainConfig.precision='fp16'`` needs CUDA. Nor is a precision the probe found over
 ``--max-slowdown`` (4) times slower than the fastest at the same resolution (bf16 on a CPU without bf16
 instructions): same model, same data, only the numerics differ, so it cannot be the cheapest (``untrainable``).
+A configuration the first probe round rules out so is not probed in the later rounds (``run_probes``: it would
+take most of the probing time, 10-30x slower than the rest, for a figure no decision reads).
 With a GPU every configuration is trained on it unless the probe rules it out.
 The last line is one JSON object, also written to ``bench/results/precision.json`` (or ``$AIGC_BENCH_RESULTS``;
 plot: ``precision.png``; ``--results`` elsewhere: the demo's full budget is ``--steps 1500 --results
@@ -126,13 +128,21 @@ def probe(config: str, device_name: str, steps: int, max_s: float) -> dict:
             "memory": "torch.cuda.max_memory_allocated" if device.type == "cuda" else "VmHWM (resident set)"}
 
 
-def run_probes(configs: list[str], device: str, rounds: int, steps: int, max_s: float) -> dict:
+def run_probes(configs: list[str], device: str, rounds: int, steps: int, max_s: float,
+               max_slowdown: float | None = None) -> dict:
     """All configurations in turn in each round (the order rotates). On the CPU each in a fresh process: its
     memory figure is the process's high-water mark. On CUDA one process a round runs them all: the allocator's
-    peak is reset for each, and a process start (seconds: PyTorch, the CUDA context) would outlast the probe."""
+    peak is reset for each, and a process start (seconds: PyTorch, the CUDA context) would outlast the probe.
+
+    With ``max_slowdown``, a configuration the first round already rules out of training (``untrainable``: fp16
+    without CUDA, or a precision that many times slower than its resolution's fastest) is not probed again: it
+    is 10-30x slower than the rest, so its later rounds would take most of the probing, to confirm a figure no
+    decision reads. Its entry says ``screened`` and why."""
     runs: dict[str, list[dict]] = {c: [] for c in configs}
+    screened: dict[str, str] = {}
     for r in range(rounds):
-        order = configs[r % len(configs):] + configs[:r % len(configs)]
+        active = [c for c in configs if c not in screened]
+        order = active[r % len(active):] + active[:r % len(active)]
         groups = [order] if device == "cuda" else [[c] for c in order]
         for group in groups:
             out = subprocess.run([sys.executable, __file__, "--probe", ",".join(group), "--device", device,
@@ -148,6 +158,10 @@ def run_probes(configs: list[str], device: str, rounds: int, steps: int, max_s: 
                 print(f"B8 probe round {r + 1}: {m['config']:8s} {m['samples_per_s']:8.1f} samples/s, peak "
                       f"{m['peak_bytes'] / 2**20:.0f} MiB ({m['peak_above_held_bytes'] / 2**20:.1f} above held)",
                       file=sys.stderr, flush=True)
+        if r == 0 and max_slowdown:
+            screened = untrainable({c: runs[c][0] for c in configs}, device, max_slowdown)
+            for c, why in screened.items():
+                print(f"B8 probe: {c} screened after one round: {why}", file=sys.stderr, flush=True)
     out = {}
     for config, ms in runs.items():
         speeds = [m["samples_per_s"] for m in ms]
@@ -159,6 +173,8 @@ def run_probes(configs: list[str], device: str, rounds: int, steps: int, max_s: 
                        "peak_above_held_mib": round(statistics.median(m["peak_above_held_bytes"] for m in ms) / 2**20,
                                                     2),
                        "memory": ms[0]["memory"], "device": ms[0]["device"]}
+        if config in screened:
+            out[config]["screened"] = screened[config]
     return out
 
 
@@ -333,8 +349,11 @@ def main() -> None:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     started = time.perf_counter()
-    probes = run_probes(args.configs, device, args.rounds, args.probe_steps, args.probe_max_s)
-    not_trained = untrainable(probes, device, args.max_slowdown)
+    probes = run_probes(args.configs, device, args.rounds, args.probe_steps, args.probe_max_s, args.max_slowdown)
+    # A configuration screened after one round stays out, whatever the medians of the others became since.
+    not_trained = {**untrainable(probes, device, args.max_slowdown),
+                   **{c: f"{p['screened']} (screened after one probe round)" for c, p in probes.items()
+                      if "screened" in p}}
     trainable = [c for c in args.configs if c not in not_trained]
     lake = open_lake(str(Path(args.root).resolve()))
     ensure_data(lake, args.steps)

@@ -119,3 +119,28 @@ def test_fp16_without_cuda_and_a_precision_far_slower_than_its_resolution_twin_a
     # On CUDA fp16 trains, and counts as the twin the others are compared with.
     on_gpu = bench.untrainable({**probes, "32/fp16": {"samples_per_s": 900.0}}, "cuda", 4.0)
     assert set(on_gpu) == {"32/fp32", "32/bf16"}
+
+
+def test_a_configuration_the_first_probe_round_rules_out_is_not_probed_again_and_is_not_trained(bench_module,
+                                                                                                 monkeypatch):
+    bench = bench_module("precision_bench")
+    speed = {"32/fp32": 200.0, "32/bf16": 180.0, "64/fp32": 50.0, "64/bf16": 3.0, "64/fp16": 2.0}
+    probed = []
+
+    def run(argv, **_kw):
+        configs = argv[argv.index("--probe") + 1].split(",")
+        probed.extend(configs)
+        lines = [json.dumps({"config": c, "device": "cpu", "steps": 2, "samples_per_s": speed[c],
+                             "peak_bytes": 2 << 20, "peak_above_held_bytes": 1 << 20, "memory": "m"}) for c in configs]
+        return subprocess.CompletedProcess(argv, 0, "\n".join(lines), "")
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    out = bench.run_probes(list(speed), "cpu", rounds=3, steps=2, max_s=1.0, max_slowdown=4.0)
+    # 64/bf16 is 16.7x slower than 64/fp32, and fp16 cannot train without CUDA: one round each
+    assert {c: probed.count(c) for c in speed} == {"32/fp32": 3, "32/bf16": 3, "64/fp32": 3, "64/bf16": 1,
+                                                     "64/fp16": 1}
+    assert "16.7x slower than 64/fp32" in out["64/bf16"]["screened"] and out["64/bf16"]["runs"] == 1
+    assert "needs CUDA" in out["64/fp16"]["screened"] and "screened" not in out["32/bf16"]
+    probed.clear()  # without the limit every configuration runs every round
+    bench.run_probes(list(speed), "cpu", rounds=2, steps=2, max_s=1.0)
+    assert len(probed) == 10
