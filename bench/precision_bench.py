@@ -142,6 +142,8 @@ def run_probes(configs: list[str], device: str, rounds: int, steps: int, max_s: 
     screened: dict[str, str] = {}
     for r in range(rounds):
         active = [c for c in configs if c not in screened]
+        if not active:  # every one ruled out (fp16 alone on a CPU): nothing left to time
+            break
         order = active[r % len(active):] + active[:r % len(active)]
         groups = [order] if device == "cuda" else [[c] for c in order]
         for group in groups:

@@ -141,6 +141,8 @@ def test_a_configuration_the_first_probe_round_rules_out_is_not_probed_again_and
                                                      "64/fp16": 1}
     assert "16.7x slower than 64/fp32" in out["64/bf16"]["screened"] and out["64/bf16"]["runs"] == 1
     assert "needs CUDA" in out["64/fp16"]["screened"] and "screened" not in out["32/bf16"]
+    probed.clear()  # fp16 alone on a CPU: one round, then nothing is left to time
+    assert bench.run_probes(["64/fp16"], "cpu", rounds=3, steps=2, max_s=1.0, max_slowdown=4.0)["64/fp16"]["runs"] == 1
     probed.clear()  # without the limit every configuration runs every round
     bench.run_probes(list(speed), "cpu", rounds=2, steps=2, max_s=1.0)
     assert len(probed) == 10
