@@ -3,8 +3,10 @@
     python bench/balance_bench.py [--steps 8] [--repeats 3] [--worlds 2 4] [--splits contiguous balanced …]
 
 The text workload's demo drop is long-tailed (a document holds 3 to 1,800 scene lines) and a micro-batch
-is padded to its longest document, so what a rank does in a step really varies. ``aigc train`` runs
-(torchrun, gloo, one thread a rank) with each ``TrainConfig.split``, alternating in each repeat:
+is padded to its longest document, so what a rank does in a step really varies. Training runs (torchrun, gloo,
+one thread a rank; ``train_rank``, what ``aigc train``'s workers run) with each ``TrainConfig.split``, alternating
+in each repeat, in two torchrun launches per world size (``bench/train_session.py``: a launch cost more than
+its run's steps): the first runs each split once, the second the other repeats of those not screened out:
 
 * ``contiguous``: each rank one block of the stored order;
 * ``round_robin``: DistributedSampler without shuffling;
@@ -46,6 +48,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from train_session import Run, launch
 
 from aigc.config import SPLITS, preset
 from aigc.lake import open_lake
@@ -53,7 +56,6 @@ from aigc.lake.keys import join, partition
 from aigc.lake.publish import NotPublished, resolve
 from aigc.train.artifacts import METRICS, training_run_prefix
 from aigc.train.balance import plan_for
-from aigc.train.launch import run_training
 from aigc.train.timing import busy_matrix, measured_imbalance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,15 +88,21 @@ def ensure_partition(root: Path):
     return lake
 
 
-def one_run(lake, cfg) -> dict:
-    summary = run_training(lake, DATE, cfg, on_line=lambda _line: None)
-    rows = lake.read_parquet([join(training_run_prefix(cfg.model.name, DATE, summary["run_id"]), METRICS)])
-    rows = rows.to_pandas()
+def figures(lake, cfg, run_id: str) -> dict:
+    """A finished run's measured waste and imbalance (step 1, a process's first step, left out), from its metrics."""
+    rows = lake.read_parquet([join(training_run_prefix(cfg.model.name, DATE, run_id), METRICS)]).to_pandas()
     trained = rows[rows["step"] > 1]
     seconds = float((cfg.train.batch_size / trained["samples_per_s"]).sum())
     busy = busy_matrix(list(rows["step"]), list(rows["rank_busy_s"]), cfg.train.nproc)
     return {"measured": measured_imbalance(busy), "samples_per_s": len(trained) * cfg.train.batch_size / seconds,
             "busy": busy, "steps": list(trained["step"])}
+
+
+def run_round(lake, world: int, cfgs: list) -> list[dict]:
+    """Train ``cfgs`` in turn in one torchrun launch of ``world`` ranks (bench/train_session.py); their figures."""
+    runs = [Run(cfg) for cfg in cfgs]
+    launch(lake, DATE, world, runs)
+    return [figures(lake, run.cfg, run.run_id) for run in runs]
 
 
 def screened(split: str, runs: dict[str, list[dict]], screen: float) -> bool:
@@ -107,17 +115,23 @@ def screened(split: str, runs: dict[str, list[dict]], screen: float) -> bool:
 
 def measured(lake, steps: int, repeats: int, worlds: list[int], context: int, splits,
              screen: float = SCREEN_WASTE) -> tuple[dict, dict]:
+    """Two launches a world: the first runs every split once (what screening reads), the second the other repeats
+    of those not screened, each repeat in its own rotated order, so no split is always a launch's first run."""
     runs: dict[tuple[int, str], list[dict]] = {(w, s): [] for w in worlds for s in splits}
-    for r in range(repeats):
-        for world in worlds:
-            for split in splits:
-                if r and screened(split, {s: runs[world, s] for s in splits}, screen):
-                    continue
-                run = one_run(lake, config(steps, world, split, context))
-                runs[world, split].append(run)
-                m = run["measured"]
-                print(f"B3 repeat {r + 1}: {world} ranks, {split:11s}: waste {m['waste']:.3f}, rank imbalance "
-                      f"{m['imbalance']:.3f}, {run['samples_per_s']:.1f} samples/s", file=sys.stderr)
+
+    def record(world: int, order: list[str], results: list[dict]) -> None:
+        for split, run in zip(order, results, strict=True):
+            runs[world, split].append(run)
+            m = run["measured"]
+            print(f"B3 repeat {len(runs[world, split])}: {world} ranks, {split:14s}: waste {m['waste']:.3f}, rank "
+                  f"imbalance {m['imbalance']:.3f}, {run['samples_per_s']:.1f} samples/s", file=sys.stderr)
+
+    for world in worlds:
+        record(world, list(splits), run_round(lake, world, [config(steps, world, s, context) for s in splits]))
+    for world in worlds:
+        kept = [s for s in splits if not screened(s, {s: runs[world, s] for s in splits}, screen)]
+        order = [kept[(i + r) % len(kept)] for r in range(1, repeats) for i in range(len(kept))]
+        record(world, order, run_round(lake, world, [config(steps, world, s, context) for s in order]))
     table = {}
     for (world, split), v in runs.items():
         cut = repeats > 1 and screened(split, {s: runs[world, s] for s in splits}, screen)

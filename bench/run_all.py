@@ -6,7 +6,8 @@ Three profiles of the same scripts. The standard one (``make bench``) is cut tow
 cores (see the README for what it took on which host): every comparison, every row a median of 3 runs alternating
 the alternatives, at two data sizes, but smaller sizes and budgets than the scripts' own defaults, and no work
 that decides no verdict: fp16 is not probed on a CPU (the pipeline cannot train it there), B6 takes the shipped demo
-model instead of training one, B3 screens out baselines far off after one run, B1's attention sweep stops at 128.
+model instead of training one, B3 screens out baselines far off after one run, B1's attention sweep stops at 128,
+and B3 and B5 train in a few torchrun launches each (``bench/train_session.py``), not one per run.
 ``--full`` (``make bench-full``, about an hour on a fast host) runs the scripts' defaults: the sizes and budgets
 the README's sections quote. The table shows each row's size.
 ``--gpu`` (``make bench-gpu``, a few minutes on one GPU) is the GPU section: B2's training loop, B1's attention

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from train_session import Run, launch
 
 from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig
 from aigc.lake import open_lake
@@ -67,19 +68,25 @@ def throughput(lake, steps: int, repeats: int) -> dict:
 
 def ddp_scaling(lake, steps: int, repeats: int) -> dict:
     """B5: samples/s of 2 ranks × 1 intra-op thread against 1 rank × 1 thread (gloo on the CPU), the same global
-    batch, and 2 ranks with fp16 gradient compression (DDP's comm hook); configurations alternate in each repeat.
-    One thread a rank, so the second process brings the second core and nothing else: the speed-up is DDP's."""
+    batch, and 2 ranks with fp16 gradient compression (DDP's comm hook). One thread a rank, so the second process
+    brings the second core and nothing else: the speed-up is DDP's. Every run in one torchrun launch of 2 ranks
+    (bench/train_session.py), the configurations alternating in each repeat, each repeat in its own order; the
+    1-rank run is rank 0 alone, a plain process (no process group, no DDP wrapper: the baseline at its strongest),
+    while rank 1 waits at a barrier."""
     configs = {"1 rank x 1 thread": (1, "none"), "2 ranks x 1 thread": (2, "none"),
                "2 ranks x 1 thread, fp16 compression": (2, "fp16")}
+    names = list(configs)
+    order = [names[(i + r) % len(names)] for r in range(repeats) for i in range(len(names))]
+    sessions = []
+    for name in order:
+        nproc, compression = configs[name]
+        train = dataclasses.replace(TrainConfig(), steps=steps, nproc=nproc, threads=1, grad_compression=compression,
+                                    eval_every=steps, checkpoint_every=steps, warmup_steps=10)
+        sessions.append(Run(PipelineConfig(train=train), solo=nproc == 1))
     runs: dict[str, list[float]] = {k: [] for k in configs}
-    for r in range(repeats):
-        for name, (nproc, compression) in configs.items():
-            train = dataclasses.replace(TrainConfig(), steps=steps, nproc=nproc, threads=1,
-                                        grad_compression=compression, eval_every=steps, checkpoint_every=steps,
-                                        warmup_steps=10)
-            summary = run_training(lake, DATE, PipelineConfig(train=train), on_line=lambda _line: None)
-            runs[name].append(summary["median_samples_per_s"])
-            print(f"B5 repeat {r + 1}: {name}: {runs[name][-1]:.0f} samples/s", file=sys.stderr)
+    for name, summary in zip(order, launch(lake, DATE, 2, sessions), strict=True):
+        runs[name].append(summary["median_samples_per_s"])
+        print(f"B5 repeat {len(runs[name])}: {name}: {runs[name][-1]:.0f} samples/s", file=sys.stderr)
     base = statistics.median(runs["1 rank x 1 thread"])
     return {name: {"samples_per_s": round(statistics.median(v), 1), "min_max": [round(min(v), 1), round(max(v), 1)],
                    "runs": len(v), "vs_1_rank": round(statistics.median(v) / base, 3), "goal": ">= 1.7"}

@@ -52,7 +52,7 @@ def torchrun_command(cfg: PipelineConfig, *, lake_uri: str, date: str, run_id: s
                   "--config-json", json.dumps(cfg.to_dict())]
 
 
-def _thread_env(cfg: PipelineConfig) -> dict[str, str]:
+def thread_env(cfg: PipelineConfig) -> dict[str, str]:
     """OMP threads per worker: the cores shared among the local processes (torchrun would say 1). Idle OpenMP
     threads sleep rather than spin (unless the user chose otherwise): a spinning team burns a core that another
     rank on the host needs, and its spin counts as a rank's CPU time, so gate 2 read bursts of ~0.35 s of
@@ -110,7 +110,7 @@ def run_training(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id
     log.info("training run %s: %s", run_id, " ".join(cmd[:8]) + " …")
     on_line = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            env={**os.environ, **_thread_env(cfg), **(env or {}), "PYTHONUNBUFFERED": "1"},
+                            env={**os.environ, **thread_env(cfg), **(env or {}), "PYTHONUNBUFFERED": "1"},
                             start_new_session=True, preexec_fn=die_with_parent)
     if on_start:
         on_start(proc)
