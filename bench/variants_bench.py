@@ -33,14 +33,16 @@ from pathlib import Path
 from paths import results_path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.training_fixtures: the shipped demo model, registered
+from tests.training_fixtures import DEMO_MODEL, install_demo_model  # noqa: E402
+
 RESULTS = results_path("variants.json")  # bench/results, or $AIGC_BENCH_RESULTS
 DATE = "2026-11-28"
 AIGC = str(Path(sys.executable).with_name("aigc"))
-SHIPPED = ROOT / "tests" / "fixtures" / "demo_model"
 
 
 def shipped_steps() -> int:
-    return json.loads((SHIPPED / "_SUMMARY.json").read_text())["steps"]
+    return json.loads((DEMO_MODEL / "_SUMMARY.json").read_text())["steps"]
 
 
 def aigc(command: str, root: Path, *flags: str) -> dict:
@@ -57,9 +59,6 @@ def ensure_model(root: Path, train_steps: int | None, shipped: bool = False) -> 
     if marker.exists():
         return marker.read_text().strip()
     if shipped:  # registered and deployed by the demo preset's own deploy and gate 3, on this host
-        sys.path.insert(0, str(ROOT))
-        from tests.training_fixtures import install_demo_model
-
         install_demo_model(root)
         marker.write_text("v0001")
         return "v0001"
@@ -178,7 +177,7 @@ def main() -> None:
     if goal:
         print(f"goal int8 >= 1.5x fp32 at an alignment not significantly lower: {'met' if goal['met'] else 'MISSED'}",
               file=sys.stderr)
-    trained = (f"the shipped demo model ({SHIPPED.name})" if args.shipped_model
+    trained = (f"the shipped demo model ({DEMO_MODEL.name})" if args.shipped_model
                else "trained here (make-raw, prepare, train, deploy)")
     result = {"bench": "variants", "version": version, "model": trained,
               "train_steps": shipped_steps() if args.shipped_model else args.train_steps or cfg.train.steps,
