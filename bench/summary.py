@@ -139,7 +139,8 @@ def variants_rows(d) -> list[list]:
             continue
         gap = v["fp32_minus_variant"]
         rows.append(["B6 variants", f"{name} on {v['device']} vs fp32: latency b1 / adaptive (batch "
-                     f"{v['adaptive']['batch']}), alignment", f"{d['prompts']} prompts"
+                     f"{v['adaptive']['batch']}), alignment",
+                     f"{d.get('timing_prompts', '?')} prompts timed, {d['prompts']} scored"
                      + (f", {'the shipped demo ' if 'shipped' in d.get('model', '') else ''}model of "
                         f"{d['train_steps']} steps" if d.get("train_steps") else ""), v["runs"],
                      f"{v['speedup_vs_fp32_batch1']:.2f}x / {v['speedup_vs_fp32_adaptive']:.2f}x faster, "
