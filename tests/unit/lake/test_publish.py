@@ -73,14 +73,14 @@ def test_a_reader_during_publishes_sees_old_or_new_never_a_mix(lake):
     write_run(lake, first)
     publish(lake, PART, first)
     stop = threading.Event()
-    seen, errors = [], []
+    seen, overtaken = [], []
 
     def reader():
         while not stop.is_set():
             try:
                 seen.append(frozenset(read_partition(lake)))
-            except ObjectNotFound as e:  # a run garbage-collected two generations later
-                errors.append(e)
+            except ObjectNotFound:  # its run was collected: two publications overtook this reader (below)
+                overtaken.append(1)
 
     t = threading.Thread(target=reader)
     t.start()
@@ -94,7 +94,26 @@ def test_a_reader_during_publishes_sees_old_or_new_never_a_mix(lake):
     t.join()
     assert seen, "the reader never ran"
     assert all(len(s) == 1 and next(iter(s)) in published for s in seen), "a reader saw a mix of runs"
-    assert not errors
+    # A reader descheduled while two publications go by (8 in a tight loop, on a busy host) finds its run collected:
+    # what the next test pins down. Never a mix; most reads whole.
+    assert len(overtaken) < len(seen)
+
+
+def test_a_reader_keeps_its_run_through_one_publication_and_loses_it_to_the_second(lake):
+    """The contract readers rely on: the run a reader resolved stays while one newer run is published (the
+    previous generation is kept for readers in flight) and is collected by the publication after that."""
+    runs = [new_run_id() for _ in range(3)]
+    write_run(lake, runs[0])
+    publish(lake, PART, runs[0])
+    in_flight = resolve(lake, PART)  # a reader resolves the pointer ...
+    write_run(lake, runs[1])
+    publish(lake, PART, runs[1])  # ... one publication goes by ...
+    keys = lake.list(in_flight["run_prefix"])
+    assert {lake.get_bytes(k).decode() for k in keys} == {runs[0]}  # ... and it still reads its whole run
+    write_run(lake, runs[2])
+    publish(lake, PART, runs[2])
+    with pytest.raises(ObjectNotFound):
+        lake.get_bytes(keys[0])
 
 
 def test_racing_publishers_never_lose_a_pointer_update(lake):
