@@ -48,7 +48,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from train_session import Run, launch
+from train_session import Run, alternating, launch
 
 from aigc.config import SPLITS, preset
 from aigc.lake import open_lake
@@ -130,7 +130,7 @@ def measured(lake, steps: int, repeats: int, worlds: list[int], context: int, sp
         record(world, list(splits), run_round(lake, world, [config(steps, world, s, context) for s in splits]))
     for world in worlds:
         kept = [s for s in splits if not screened(s, {s: runs[world, s] for s in splits}, screen)]
-        order = [kept[(i + r) % len(kept)] for r in range(1, repeats) for i in range(len(kept))]
+        order = alternating(kept, range(1, repeats))
         record(world, order, run_round(lake, world, [config(steps, world, s, context) for s in order]))
     table = {}
     for (world, split), v in runs.items():

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from train_session import Run, launch
+from train_session import Run, alternating, launch
 
 from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig
 from aigc.lake import open_lake
@@ -75,8 +75,7 @@ def ddp_scaling(lake, steps: int, repeats: int) -> dict:
     while rank 1 waits at a barrier."""
     configs = {"1 rank x 1 thread": (1, "none"), "2 ranks x 1 thread": (2, "none"),
                "2 ranks x 1 thread, fp16 compression": (2, "fp16")}
-    names = list(configs)
-    order = [names[(i + r) % len(names)] for r in range(repeats) for i in range(len(names))]
+    order = alternating(list(configs), range(repeats))
     sessions = []
     for name in order:
         nproc, compression = configs[name]

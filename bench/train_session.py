@@ -40,6 +40,12 @@ class Run:
     run_id: str = dataclasses.field(default_factory=new_run_id)
 
 
+def alternating(items: list, rounds: range) -> list:
+    """``items`` once per round, each round in its own rotated order (round r starts at item r), so that no item is
+    always a launch's first run: what a bench puts in one launch."""
+    return [items[(i + r) % len(items)] for r in rounds for i in range(len(items))]
+
+
 def launch(lake: Lake, date: str, world: int, runs: list[Run], timeout_s: float = 1800) -> list[dict]:
     """Train ``runs`` in one torchrun launch of ``world`` ranks on this host; their summaries, in order."""
     if not runs:
