@@ -32,6 +32,9 @@ export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT ?= 7200
 # stages once (plugins/aigc_airflow/preload.py): seconds less a task (aigc.config.operations.TASK_PRELOAD).
 export AIRFLOW__SCHEDULER__MP_START_METHOD ?= forkserver
 export AIRFLOW__CORE__MP_FORKSERVER_PRELOAD ?= airflow,airflow.executors.local_executor,aigc_airflow.preload
+# Every event of an asset reaches a run of the DAGs it schedules (Airflow 3.3 lets a second one that comes before
+# the scheduler's next loop wait for a third): plugins/aigc_airflow/asset_manager.py.
+export AIRFLOW__CORE__ASSET_MANAGER_CLASS ?= aigc_airflow.asset_manager.EveryEventAssetManager
 
 .PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full bench-gpu lint clean
 

@@ -3,6 +3,11 @@ too) and the helpers that read what its runs published."""
 
 from __future__ import annotations
 
+import os
+import signal
+import sqlite3
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from aigc.devtools.airflow_stack import (  # noqa: F401 - the tests import them from here
@@ -52,3 +57,35 @@ def preloaded_children(parent_pid: int, title: str, recursive: bool = False) -> 
 
 def holds_pytorch(pid: int) -> bool:
     return "libtorch_cpu" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@contextmanager
+def scheduler_stopped(stack: AirflowStack, deadline_s: float = 60.0):
+    """The stack's scheduler stopped (SIGSTOP) at a moment it holds no lock on the SQLite database, so what happens
+    meanwhile happens between the same two of its loops; continued (SIGCONT) on leaving."""
+    scheduler = stack.processes["scheduler"]
+    deadline = time.monotonic() + deadline_s
+    while True:
+        os.kill(scheduler.pid, signal.SIGSTOP)
+        if _nobody_holds(stack.home / "airflow.db"):
+            break
+        os.kill(scheduler.pid, signal.SIGCONT)  # stopped inside a transaction: let it finish, try again
+        assert time.monotonic() < deadline, "the scheduler held the database each time it was stopped"
+        time.sleep(0.05)
+    try:
+        yield
+    finally:
+        os.kill(scheduler.pid, signal.SIGCONT)
+
+
+def _nobody_holds(database: Path) -> bool:
+    """Whether an exclusive lock on the SQLite file can be taken at once (no reader or writer inside it)."""
+    connection = sqlite3.connect(database, timeout=0, isolation_level=None)
+    try:
+        connection.execute("BEGIN EXCLUSIVE")
+        connection.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:  # database is locked
+        return False
+    finally:
+        connection.close()

@@ -37,6 +37,10 @@ so the task processes they fork start with those imported instead of importing t
 CELERY_TASK_PRELOAD = {"AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "aigc_airflow.celery_config.CELERY_CONFIG"}
 """The same for CeleryExecutor deployments (docker-compose, the distributed mode): each ``airflow celery worker``
 imports ``aigc_airflow.preload`` before it forks its pool, whose processes fork the task processes."""
+ASSET_MANAGER = {"AIRFLOW__CORE__ASSET_MANAGER_CLASS": "aigc_airflow.asset_manager.EveryEventAssetManager"}
+"""Every deployment's (``make airflow``, docker-compose, the test and bench deployments): Airflow 3.3's asset queue
+lets a second event of one asset that comes before the scheduler's next loop wait for a third; this manager has
+the next run consume it (plugins/aigc_airflow/asset_manager.py), so no stage of the nightly chain waits in vain."""
 MAX_RETRY_DELAY = dt.timedelta(minutes=15)
 """The DAGs' max_retry_delay (exponential back-off stops growing here)."""
 LEASE_MARGIN = dt.timedelta(minutes=30)

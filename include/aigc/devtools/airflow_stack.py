@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aigc.config.operations import CELERY_TASK_PRELOAD, TASK_PRELOAD, TASK_QUEUED_TIMEOUT
+from aigc.config.operations import ASSET_MANAGER, CELERY_TASK_PRELOAD, TASK_PRELOAD, TASK_QUEUED_TIMEOUT
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository: its dags/ and plugins/ are what the deployment runs
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -90,6 +90,7 @@ class AirflowStack:
         # Task processes start with the heavy imports done: forked by the LocalExecutor's workers, or by the Celery
         # workers' pools. (TASK_PRELOAD would only preload a Celery scheduler's pool that sends tasks.)
         env.update(TASK_PRELOAD if self.executor == "LocalExecutor" else CELERY_TASK_PRELOAD)
+        env.update(ASSET_MANAGER)  # every event of an asset reaches a run of the DAGs it schedules
         if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in self.extra_env:  # the default: SQLite in AIRFLOW_HOME
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = SQLITE_CONNECT_ARGS
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] = SQLITE_CONNECT_ARGS

@@ -1,0 +1,194 @@
+"""aigc_airflow.asset_manager: each event that queues a DAG moves its queue row forward, so the scheduler's next run
+consumes it, on SQLite and on PostgreSQL, where it also survives the scheduler consuming the row meanwhile. Airflow's
+own manager is run through the same steps, to show what the class changes. (The end-to-end proof, a real scheduler
+consuming events posted while it was stopped: tests/e2e/test_local_stack.py.)"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import os
+import threading
+import time
+import uuid
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import yaml
+from airflow.assets.manager import AssetManager
+from airflow.models.asset import AssetDagRunQueue
+from airflow.utils.sqlalchemy import UtcDateTime
+from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, delete, select, text
+from sqlalchemy.orm import Session
+
+from aigc.config.operations import ASSET_MANAGER
+from aigc.devtools.airflow_stack import AirflowStack
+from aigc_airflow import asset_manager
+from aigc_airflow.asset_manager import REPLACED, EveryEventAssetManager
+
+ROOT = Path(__file__).resolve().parents[2]
+POSTGRES = os.environ.get("AIGC_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+Dag = namedtuple("Dag", "dag_id")
+ASSET = 7
+T0 = dt.datetime(2026, 12, 1, 2, 0, tzinfo=dt.UTC)
+
+
+def queue_table(engine) -> None:
+    """asset_dag_run_queue as Airflow 3.3 declares it, without its foreign keys (no asset or dag tables here)."""
+    Table("asset_dag_run_queue", metadata := MetaData(), Column("asset_id", Integer, primary_key=True),
+          Column("target_dag_id", String(250), primary_key=True), Column("created_at", UtcDateTime, nullable=False))
+    metadata.create_all(engine)
+
+
+def queued(session) -> dict[str, dt.datetime]:
+    return {r.target_dag_id: r.created_at for r in session.execute(select(AssetDagRunQueue.__table__))}
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The manager's clock, set by the test."""
+    now = [T0]
+    monkeypatch.setattr(asset_manager.timezone, "utcnow", lambda: now[0])
+    return now
+
+
+def queue(manager, session, *dag_ids, postgres=False):
+    method = manager._queue_dagruns_nonpartitioned_postgres if postgres else \
+        manager._queue_dagruns_nonpartitioned_slow_path
+    method(ASSET, {Dag(d) for d in dag_ids}, session)
+    session.commit()
+
+
+def test_on_sqlite_a_later_event_moves_the_queued_row_forward_and_never_back(clock, tmp_path):
+    engine = create_engine(f"sqlite:///{tmp_path / 'airflow.db'}")
+    queue_table(engine)
+    with Session(engine) as session:
+        queue(EveryEventAssetManager, session, "aigc_evaluate", "aigc_train")
+        assert queued(session) == {"aigc_evaluate": T0, "aigc_train": T0}
+        clock[0] = T0 + dt.timedelta(seconds=3)  # a second event of the asset, before the scheduler's loop
+        queue(EveryEventAssetManager, session, "aigc_evaluate")
+        assert queued(session) == {"aigc_evaluate": T0 + dt.timedelta(seconds=3), "aigc_train": T0}
+        clock[0] = T0 - dt.timedelta(hours=1)  # a late clock (another host's api-server) moves nothing back
+        queue(EveryEventAssetManager, session, "aigc_evaluate", "aigc_train")
+        assert queued(session) == {"aigc_evaluate": T0 + dt.timedelta(seconds=3), "aigc_train": T0}
+
+
+def test_airflows_own_manager_keeps_the_first_events_time_which_is_what_strands_the_second(tmp_path):
+    engine = create_engine(f"sqlite:///{tmp_path / 'airflow.db'}")
+    queue_table(engine)
+    with Session(engine) as session:
+        queue(AssetManager, session, "aigc_evaluate")
+        first = queued(session)["aigc_evaluate"]
+        wait_for_the_clock_to_pass(first)
+        queue(AssetManager, session, "aigc_evaluate")
+        assert queued(session)["aigc_evaluate"] == first
+
+
+def wait_for_the_clock_to_pass(moment: dt.datetime, deadline_s: float = 5.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while dt.datetime.now(dt.UTC) <= moment:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+
+
+@pytest.fixture
+def postgres_engine():
+    try:
+        import psycopg2
+
+        admin = psycopg2.connect(POSTGRES, connect_timeout=5)
+    except Exception as e:  # noqa: BLE001 - any reason the server is unusable
+        pytest.skip(f"PostgreSQL at {POSTGRES} unavailable ({e}): set AIGC_TEST_POSTGRES to an admin URL")
+    admin.autocommit = True
+    database = f"aigc_adrq_{uuid.uuid4().hex[:10]}"
+    with admin.cursor() as cursor:
+        cursor.execute(f'CREATE DATABASE "{database}"')
+    engine = create_engine(POSTGRES.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg2://", 1)
+                           + f"/{database}")
+    try:
+        queue_table(engine)
+        yield engine
+    finally:
+        engine.dispose()
+        with admin.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.mark.parametrize("manager", [EveryEventAssetManager, AssetManager], ids=["ours", "airflows"])
+def test_on_postgresql_an_event_queued_while_the_scheduler_consumes_the_row_is_queued_again(
+        manager, postgres_engine, clock):
+    """The scheduler locks the DAG's queue rows (FOR UPDATE), makes the run, deletes them and commits; an event
+    recorded meanwhile must leave a row behind for the next run. Airflow's manager leaves none (the event waits
+    for the next one); ours waits for the lock and queues the DAG afresh."""
+    with Session(postgres_engine) as session:
+        queue(manager, session, "aigc_evaluate", postgres=True)
+    scheduler = postgres_engine.connect()
+    transaction = scheduler.begin()
+    rows = scheduler.execute(select(AssetDagRunQueue.__table__).with_for_update()).all()
+    assert [r.target_dag_id for r in rows] == ["aigc_evaluate"]
+    clock[0] = T0 + dt.timedelta(seconds=2)
+    errors = []
+
+    def second_event():
+        try:
+            with Session(postgres_engine) as session:
+                queue(manager, session, "aigc_evaluate", postgres=True)
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    producer = threading.Thread(target=second_event)
+    producer.start()
+    if manager is EveryEventAssetManager:  # it must wait for the scheduler's lock (polled, not slept for)
+        wait_for(lambda: lock_waiters(postgres_engine) >= 1 or not producer.is_alive(), "the upsert to wait")
+        assert producer.is_alive(), "the upsert did not wait for the scheduler's lock"
+    else:
+        producer.join(timeout=30)  # DO NOTHING: it sees the row, still there, and returns at once
+    scheduler.execute(delete(AssetDagRunQueue.__table__))
+    transaction.commit()
+    scheduler.close()
+    producer.join(timeout=30)
+    assert not producer.is_alive() and not errors, errors
+    with Session(postgres_engine) as session:
+        left = queued(session)
+    if manager is EveryEventAssetManager:
+        assert left == {"aigc_evaluate": T0 + dt.timedelta(seconds=2)}
+    else:
+        assert left == {}  # Airflow 3.3: the second event is consumed by nothing until a third comes
+
+
+def lock_waiters(engine) -> int:
+    with engine.connect() as connection:
+        return connection.execute(text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                       "AND datname = current_database()")).scalar()
+
+
+def wait_for(condition, what: str, deadline_s: float = 30.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_the_methods_it_replaces_are_the_ones_airflow_calls():
+    """Airflow 3.4 queues one row per event and calls neither: this fails on that upgrade, to say the class (and
+    its setting in every deployment) can go."""
+    source = inspect.getsource(AssetManager._queue_dagruns)
+    for name in REPLACED:
+        assert hasattr(AssetManager, name) and f"cls.{name}(" in source, name
+        assert name in vars(EveryEventAssetManager), name
+    assert not hasattr(AssetDagRunQueue, "asset_event_id")  # Airflow 3.4's row per event
+
+
+def test_every_deployment_sets_it():
+    makefile = (ROOT / "Makefile").read_text()
+    (name, value), = ASSET_MANAGER.items()
+    assert f"export {name} ?= {value}" in makefile
+    for executor in ("LocalExecutor", "CeleryExecutor"):
+        env = AirflowStack("asset-manager-check", home=ROOT / "unused", lake_uri="", executor=executor).env
+        assert env[name] == value, executor
+    compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())["x-airflow-common"]["environment"]
+    assert compose[name] == value
+    module, _, cls = value.rpartition(".")
+    assert module == asset_manager.__name__ and getattr(asset_manager, cls) is EveryEventAssetManager
