@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from aigc.config.operations import ASSET_MANAGER
 from aigc.devtools.demo import run_dag_test
 from aigc.lake import open_lake
 from aigc.lake.keys import partition
@@ -33,6 +34,7 @@ def airflow_env(tmp_path_factory):
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "GX_ANALYTICS_ENABLED": "False",
         "NO_PROXY": "127.0.0.1,localhost",
+        **ASSET_MANAGER,  # as `make demo` sets it: its asset events are queued through the same manager
     })
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     return env
