@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import uuid
 from urllib.parse import quote
 
 import pytest
@@ -40,22 +39,14 @@ from tests.e2e.stack import (
     published_runs,
     run_date,
 )
+from tests.postgres import POSTGRES, admin_connection, scratch_database
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1800)]
-POSTGRES = os.environ.get("AIGC_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("AIGC_TEST_REDIS", "redis://127.0.0.1:6379")
 GPU_TASKS = {"train", "build_variants", "generate_shard"}
 HOW = ("set AIGC_TEST_POSTGRES (an admin URL: the test creates its own database) and AIGC_TEST_REDIS "
        "to servers it may use, e.g. `docker run -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres` "
        "and `docker run -p 6379:6379 redis`")
-
-
-def _postgres():
-    import psycopg2
-
-    connection = psycopg2.connect(POSTGRES, connect_timeout=5)
-    connection.autocommit = True
-    return connection
 
 
 def _empty_redis_db():
@@ -72,34 +63,27 @@ def _empty_redis_db():
 @pytest.fixture(scope="module")
 def celery_stack(tmp_path_factory):
     try:
-        admin = _postgres()
+        admin = admin_connection()
         redis_db, broker = _empty_redis_db()
     except Exception as e:  # noqa: BLE001 - any reason the servers are unusable
         pytest.skip(f"PostgreSQL at {POSTGRES} or Redis at {REDIS} unavailable ({e}); to run it, {HOW}")
-    database = f"aigc_e2e_{uuid.uuid4().hex[:10]}"
-    with admin.cursor() as cursor:
-        cursor.execute(f'CREATE DATABASE "{database}"')
-    # psycopg2 named explicitly: SQLAlchemy 2.1's default PostgreSQL driver is psycopg 3.
-    db_url = POSTGRES.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg2://", 1) + f"/{database}"
     base = tmp_path_factory.mktemp("celery-stack")
-    stack = AirflowStack(
-        "celery", home=base / "airflow", lake_uri=str(base / "lake"), executor="CeleryExecutor",
-        celery_queues=["default", "gpu"],
-        extra_env={
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
-            "AIRFLOW__CELERY__BROKER_URL": f"{REDIS}/{redis_db}",
-            "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + db_url,
-            "AIGC_GPU_QUEUE": "gpu",
-        },
-    )
-    try:
-        yield stack.start()
-    finally:
-        stack.stop()
-        broker.flushdb()
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        admin.close()
+    with scratch_database(admin, "aigc_e2e") as db_url:
+        stack = AirflowStack(
+            "celery", home=base / "airflow", lake_uri=str(base / "lake"), executor="CeleryExecutor",
+            celery_queues=["default", "gpu"],
+            extra_env={
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+                "AIRFLOW__CELERY__BROKER_URL": f"{REDIS}/{redis_db}",
+                "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + db_url,
+                "AIGC_GPU_QUEUE": "gpu",
+            },
+        )
+        try:
+            yield stack.start()
+        finally:
+            stack.stop()
+            broker.flushdb()
 
 
 DATES = ["2026-11-01", "2026-11-02", "2026-11-03"]  # a range, then one date redone while the others stay

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-import os
 import threading
 import time
-import uuid
 from collections import namedtuple
 from pathlib import Path
 
@@ -26,9 +24,9 @@ from aigc.config.operations import ASSET_MANAGER
 from aigc.devtools.airflow_stack import AirflowStack
 from aigc_airflow import asset_manager
 from aigc_airflow.asset_manager import REPLACED, EveryEventAssetManager
+from tests.postgres import POSTGRES, admin_connection, scratch_database
 
 ROOT = Path(__file__).resolve().parents[2]
-POSTGRES = os.environ.get("AIGC_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 Dag = namedtuple("Dag", "dag_id")
 ASSET = 7
 T0 = dt.datetime(2026, 12, 1, 2, 0, tzinfo=dt.UTC)
@@ -80,40 +78,24 @@ def test_airflows_own_manager_keeps_the_first_events_time_which_is_what_strands_
     with Session(engine) as session:
         queue(AssetManager, session, "aigc_evaluate")
         first = queued(session)["aigc_evaluate"]
-        wait_for_the_clock_to_pass(first)
+        wait_for(lambda: dt.datetime.now(dt.UTC) > first, "the clock to pass the first event", 5.0)
         queue(AssetManager, session, "aigc_evaluate")
         assert queued(session)["aigc_evaluate"] == first
-
-
-def wait_for_the_clock_to_pass(moment: dt.datetime, deadline_s: float = 5.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while dt.datetime.now(dt.UTC) <= moment:
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
 
 
 @pytest.fixture
 def postgres_engine():
     try:
-        import psycopg2
-
-        admin = psycopg2.connect(POSTGRES, connect_timeout=5)
+        admin = admin_connection()
     except Exception as e:  # noqa: BLE001 - any reason the server is unusable
         pytest.skip(f"PostgreSQL at {POSTGRES} unavailable ({e}): set AIGC_TEST_POSTGRES to an admin URL")
-    admin.autocommit = True
-    database = f"aigc_adrq_{uuid.uuid4().hex[:10]}"
-    with admin.cursor() as cursor:
-        cursor.execute(f'CREATE DATABASE "{database}"')
-    engine = create_engine(POSTGRES.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg2://", 1)
-                           + f"/{database}")
-    try:
-        queue_table(engine)
-        yield engine
-    finally:
-        engine.dispose()
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
-        admin.close()
+    with scratch_database(admin, "aigc_adrq") as url:
+        engine = create_engine(url)
+        try:
+            queue_table(engine)
+            yield engine
+        finally:
+            engine.dispose()
 
 
 @pytest.mark.parametrize("manager", [EveryEventAssetManager, AssetManager], ids=["ours", "airflows"])
