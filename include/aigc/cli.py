@@ -64,9 +64,14 @@ def _finish(stage, args: argparse.Namespace, lake, cfg: PipelineConfig, produced
     """Gate, then publish, as the stage's DAG does (``--no-gate``: neither)."""
     if args.no_gate:
         return {"published": False}
-    done = stage.finish(lake, cfg, produced)
+    done = stage.finish(lake, cfg, produced, _fence(args))
     done.pop("gate_result")
     return done
+
+
+def _fence(args: argparse.Namespace) -> Callable[[], None]:
+    """The date lease's fence (``holding_date``): renews it, or DateBusy if another writer took the date over."""
+    return getattr(args, "fence", None) or (lambda: None)
 
 
 def cmd_gate(args: argparse.Namespace) -> dict:
@@ -80,6 +85,7 @@ def cmd_publish(args: argparse.Namespace) -> dict:
     from aigc.stages import PREPARE
 
     cfg = _config(args)
+    _fence(args)()
     return {"command": "publish", **PREPARE.publish(open_lake(args.lake), cfg, {"date": args.date,
                                                                                 "run_id": args.run_id})}
 
@@ -107,6 +113,7 @@ def cmd_deploy(args: argparse.Namespace) -> dict:
 
     cfg = _config(args)
     lake = open_lake(args.lake)
+    _fence(args)()  # registering moves `candidate`
     registered = None if args.version else DEPLOY.register(lake, args.date, cfg)
     version = args.version or registered["version"]
     built = DEPLOY.build(lake, cfg, version)
@@ -442,7 +449,8 @@ def _date_lease(args: argparse.Namespace) -> Iterator[None]:
     run_id = getattr(args, "run_id", None)
     owner = (f"aigc {args.command} run {run_id}" if run_id
              else f"aigc {args.command} on {socket.gethostname()} (pid {os.getpid()})")
-    with holding_date(open_lake(args.lake), args.date, owner, CLI_LEASE_TTL):
+    with holding_date(open_lake(args.lake), args.date, owner, CLI_LEASE_TTL) as fence:
+        args.fence = fence  # checked again just before anything is published
         yield
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:  # the DAG files import this module at parse time: no pyarrow or boto3 then
@@ -36,19 +36,32 @@ class DateBusy(RuntimeError):
 
 
 @contextlib.contextmanager
-def holding_date(lake: Lake, date: dt.date | str, owner: str, ttl: dt.timedelta) -> Iterator[dict]:
+def holding_date(lake: Lake, date: dt.date | str, owner: str, ttl: dt.timedelta) -> Iterator[Callable[[], None]]:
     """Hold the date's lease for the block, renewed in the background; DateBusy (saying who holds it and until
-    when) if another owner has it. A DAG run takes the same lease task by task (aigc_airflow.runtime)."""
+    when) if another owner has it. A DAG run takes the same lease task by task (aigc_airflow.runtime).
+
+    Yields a fence: call it just before publishing. It renews the lease now and raises DateBusy if another owner
+    took it over meanwhile (a pause longer than the lease: the background renewal only logs its failures)."""
     from aigc.lake.lease import LeaseHeld, date_lease
 
     lease = date_lease(lake, date)
+
+    def busy(e: LeaseHeld) -> DateBusy:
+        return DateBusy(f"{date} is being written by {e.holder['owner']!r} (lease {lake.url(lease.key)}, until "
+                        f"{e.holder['expires_at']}): try again once it has finished")
+
+    def fence() -> None:
+        try:
+            lease.hold(owner, ttl)
+        except LeaseHeld as e:
+            raise busy(e) from None
+
     with contextlib.ExitStack() as held:
         try:
-            record = held.enter_context(lease.holding(owner, ttl))
+            held.enter_context(lease.holding(owner, ttl))
         except LeaseHeld as e:
-            raise DateBusy(f"{date} is being written by {e.holder['owner']!r} (lease {lake.url(lease.key)}, until "
-                           f"{e.holder['expires_at']}): try again once it has finished") from None
-        yield record
+            raise busy(e) from None
+        yield fence
 
 
 def _workload(cfg: PipelineConfig, stage: str):
@@ -78,9 +91,14 @@ class Stage(ABC):
         """Make the gated run visible to readers; None when this stage publishes nothing itself."""
         return None
 
-    def finish(self, lake: Lake, cfg: PipelineConfig, produced: dict) -> dict:
-        """Gate, then publish: the CLI's last step (a DAG runs the two as tasks)."""
+    def finish(self, lake: Lake, cfg: PipelineConfig, produced: dict,
+               fence: Callable[[], None] | None = None) -> dict:
+        """Gate, then publish: the CLI's last step (a DAG runs the two as tasks, each renewing the date's lease
+        first). ``fence`` (``holding_date``'s) runs between the two: a writer whose lease was taken over while it
+        worked publishes nothing."""
         gated = self.gate(lake, cfg, produced)
+        if fence is not None:
+            fence()
         published = self.publish(lake, cfg, produced)
         return {"gate": gated["result_uri"], "gate_result": gated, "published": published is not None,
                 **(published or {})}

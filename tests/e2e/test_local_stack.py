@@ -20,6 +20,7 @@ import pytest
 
 from aigc.lake import open_lake
 from aigc.lake.keys import partition
+from aigc.lake.lease import date_lease
 from aigc.lake.publish import NotPublished, resolve
 from aigc.registry import Registry
 from tests.e2e import browser
@@ -104,7 +105,7 @@ def test_a_form_run_of_aigc_generate_waits_for_the_api_run_of_its_date_then_publ
         manifest = lake.get_json(f"{generations['run_prefix']}/_MANIFEST.json")
         assert (manifest["generated"], manifest["model_ref"]) == (16, "production")
         assert manifest["version"] in productions(lake)  # (the nightly chain may have promoted another since)
-        assert not lake.exists(f"leases/aigc_pipeline/dt={day}.json")  # both gave the date back
+        assert date_lease(lake, day).holder() is None  # both gave the date back
 
         chromium.open(f"/dags/aigc_generate/runs/{form_run}")
         chromium.until(lambda: chromium.xpath("//*[contains(normalize-space(.), 'Success')]"), "the run page")
@@ -239,7 +240,7 @@ def test_the_nightly_chain_runs_every_stage_from_the_scheduled_prepare_run_with_
     # was significantly worse than the production it was compared with.
     promoted = any(h["alias"] == "production" and h["to"] == record["version"] for h in registry.aliases()["history"])
     assert promoted or record["not_promoted"]["date"] == yesterday
-    assert not lake.exists(f"leases/aigc_pipeline/dt={yesterday}.json")  # every stage gave the date back
+    assert date_lease(lake, yesterday).holder() is None  # every stage gave the date back
 
 
 def test_events_of_one_asset_that_come_between_two_scheduler_loops_are_all_consumed(local_stack):

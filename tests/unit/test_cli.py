@@ -123,7 +123,33 @@ def test_a_command_refuses_a_date_a_dag_run_is_writing_and_releases_its_own(caps
     lease.release("scheduled__2026-11-28T00:00:00+00:00")
     rc, summary, _ = aigc(capsys, *PREPARE, "--lake", lake.uri)
     assert rc == 0 and summary["published"] is True
-    assert lease.read() == (None, None)  # the command gave the date back
+    assert lease.holder() is None  # the command gave the date back
+
+
+def test_a_command_whose_lease_was_taken_over_while_it_worked_publishes_nothing(capsys, tmp_path, monkeypatch):
+    """Fails without the check before publishing: the command stalled past its lease (a long GC pause, a
+    suspended laptop), a DAG run took the date over, and the command published over it anyway."""
+    import datetime as dt
+
+    from aigc.lake import LocalLake
+    from aigc.lake.lease import date_lease
+    from aigc.stages import PREPARE as STAGE
+
+    lake = LocalLake(tmp_path / "lake")
+    aigc(capsys, *MAKE_RAW, "--lake", lake.uri)
+    real_gate = STAGE.gate
+
+    def gate_then_lose_the_lease(*args, **kwargs):
+        gated = real_gate(*args, **kwargs)
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)  # the command's 5-minute lease has expired by then
+        date_lease(lake, DATE).hold("scheduled__2026-11-28T00:00:00+00:00", dt.timedelta(hours=2), now=later)
+        return gated
+
+    monkeypatch.setattr(STAGE, "gate", gate_then_lose_the_lease)
+    rc, summary, err = aigc(capsys, *PREPARE, "--lake", lake.uri)
+    assert rc == 1 and error_line(err).startswith(f"error: DateBusy: {DATE} is being written by 'scheduled__")
+    assert not lake.exists(f"curated/shapes/dt={DATE}/_PUBLISHED.json")  # staged, never published
+    assert date_lease(lake, DATE).holder()["owner"].startswith("scheduled__")  # and its lease left alone
 
 
 def test_make_raw_is_deterministic(capsys, tmp_path):

@@ -13,6 +13,7 @@ from aigc.evaluate.run import latest_generation
 from aigc.generate.prompts import CLAIM, claim_prompt_file, prompts_key_of
 from aigc.lake import LocalLake
 from aigc.lake.keys import partition
+from aigc.lake.lease import date_lease
 from aigc.lake.publish import NotPublished, resolve
 from aigc.registry import Registry
 from aigc.stages import GENERATE, PRODUCTION, DateBusy, holding_date
@@ -149,7 +150,7 @@ def test_a_writer_holding_the_date_keeps_every_other_writer_out(tmp_path):
         pass
     with holding_date(lake, DATE, "aigc prepare on host", dt.timedelta(minutes=5)):  # released: free again
         pass
-    assert lake.list("leases") == []
+    assert date_lease(lake, DATE).holder() is None
 
 
 def test_a_candidates_content_no_scorer_reads_fails_evaluation_naming_it_instead_of_scoring_0(deployed_lake):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aigc.config._checks import RESOLUTIONS, _check_order, _check_range
+from aigc.jsonlines import check_limits
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,15 @@ class PrepareConfig:
     """Decoding processes; 0 means one per CPU core."""
     window: int = 4096
     """Records in flight at once: bounds memory whatever the drop size."""
+    max_line_bytes: int = 2 * 1024 * 1024
+    """A JSONL line longer than this is quarantined (``record_too_large``) with its first KiB and its length; the
+    reader skips the rest in bounded memory."""
+    max_json_depth: int = 64
+    """…a record nested deeper (``malformed_json``)…"""
+    max_json_int_digits: int = 100
+    """…an integer with more digits (``malformed_json``)…"""
+    max_json_values: int = 100_000
+    """…and a record of more values, object members, array items and scalars together (``record_too_large``)."""
     parts: int = 1
     """Parts a drop is cut into (about equal bytes), each examined by its own task: the DAG maps ``prepare_part``
     over them (one per Celery worker on a cluster), ``aigc prepare --parts N`` runs them one after another. Every
@@ -98,11 +108,20 @@ class PrepareConfig:
         _check_range(self, "near_dup_per_bucket", 1, 1_000_000)
         _check_range(self, "dedup_lookback_days", 0, 366)
         _check_range(self, "parts", 1, 4096)
+        check_limits(self)
         _check_range(self, "shard_target_bytes", 64 * 1024, 4 << 30)
         _check_range(self, "row_group_rows", 16, 1_000_000)
         _check_range(self, "row_group_bytes", 64 * 1024, 1 << 30)
         _check_range(self, "workers", 0, 256)
         _check_range(self, "window", 16, 1_000_000)
+
+    @property
+    def json_limits(self):
+        """The bounds on one raw line (``aigc.jsonlines``)."""
+        from aigc.jsonlines import JsonLimits
+
+        return JsonLimits(self.max_line_bytes, self.max_json_depth, self.max_json_int_digits, self.max_json_values,
+                          section="prepare")
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 
+from aigc.jsonlines import JsonLimits, Refused, read_json_object
 from aigc.lake import Lake
 from aigc.lake.keys import join
+from aigc.lines import LongLine
 
 
 def export_queue(lake: Lake, prefix: str, generated: list[dict], readings: list[dict], n: int, run_id: str) -> int:
@@ -31,15 +33,27 @@ def export_queue(lake: Lake, prefix: str, generated: list[dict], readings: list[
     return len(lines)
 
 
+LABEL_LIMITS = JsonLimits(max_line_bytes=64 * 1024, max_json_depth=8, max_json_values=1000)
+"""A label line is a queue line plus a verdict: a few hundred bytes."""
+REFUSED_SHOWN = 20
+
+
 def agreement(lake: Lake, model: str) -> dict:
-    """Checker-vs-human agreement over every labelled item, with the count it rests on."""
-    labelled = []
+    """Checker-vs-human agreement over every labelled item, with the count it rests on. A line that is not a label
+    (malformed, oversized, not an object) is left out and listed with its reason, never a failed evaluation."""
+    labelled, refused = [], []
     for key in lake.list(join("evaluations", model, "labels")):
         if key.endswith(".jsonl"):
-            for raw in lake.iter_lines(key):
-                if raw.strip():
-                    item = json.loads(raw)
-                    if item.get("human_correct") is not None and item.get("checker_correct") is not None:
-                        labelled.append(item)
+            for n, raw in enumerate(lake.iter_lines(key, max_line_bytes=LABEL_LIMITS.max_line_bytes), start=1):
+                if not raw.strip() and not isinstance(raw, LongLine):
+                    continue
+                try:
+                    item = read_json_object(raw, LABEL_LIMITS)
+                except Refused as e:
+                    refused.append({"file": lake.url(key), "line": n, "reason": e.reason, "detail": e.detail})
+                    continue
+                if item.get("human_correct") is not None and item.get("checker_correct") is not None:
+                    labelled.append(item)
     agree = sum(bool(x["human_correct"]) == bool(x["checker_correct"]) for x in labelled)
-    return {"labelled": len(labelled), "human_agreement": round(agree / len(labelled), 4) if labelled else None}
+    return {"labelled": len(labelled), "human_agreement": round(agree / len(labelled), 4) if labelled else None,
+            "refused_labels": len(refused), "refused_examples": refused[:REFUSED_SHOWN]}

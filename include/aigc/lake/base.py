@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from aigc.lake.keys import join, validate_key
+from aigc.lines import DEFAULT_MAX_LINE_BYTES, split_lines
 
 
 class PreconditionFailed(RuntimeError):
@@ -129,16 +130,14 @@ class Lake(ABC):
         """A streamed writer (S3: multipart upload under the hood)."""
         return self.arrow_fs.open_output_stream(self.arrow_path(validate_key(key)))
 
-    def iter_lines(self, key: str, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
-        """Yield the lines of an object (without the newline), reading it in chunks."""
+    def iter_lines(self, key: str, chunk_bytes: int = 1 << 20,
+                   max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES) -> Iterator[bytes]:
+        """Yield the lines of an object (without the newline), reading it in chunks, in time linear in its size.
+
+        A line longer than ``max_line_bytes`` is yielded as a ``LongLine``: its first ``LongLine.HEAD`` bytes and
+        its length; the rest streams past unkept, so a line of any length costs the reader bounded memory."""
         with self.open_input(key) as f:
-            tail = b""
-            while chunk := f.read(chunk_bytes):
-                lines = (tail + chunk).split(b"\n")
-                tail = lines.pop()
-                yield from lines
-            if tail:
-                yield tail
+            yield from split_lines(iter(lambda: f.read(chunk_bytes), b""), max_line_bytes)
 
     def parquet_writer(self, key: str, schema: pa.Schema, **kwargs: Any) -> pq.ParquetWriter:
         """A Parquet writer that owns its stream: ``close()`` completes the (multipart) upload."""

@@ -10,6 +10,10 @@ replaced with If-Match, so two claimants cannot both win; it holds its owner and
 Every writing task *renews* it before it writes (``hold``): a run whose lease expired and
 was taken over learns so before it writes anything more (the lease is also a fence). A run
 that dies without releasing holds the date until the expiry, then anyone may take it over.
+
+Releasing is a conditional write too: the holder replaces its own record (If-Match on the ETag it read)
+with a released one, which the next claimant takes like an expired lease. A plain delete after a read
+could remove another run's takeover that landed in between; S3 has no conditional delete on every server.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from aigc.lake.base import Lake, ObjectNotFound
+from aigc.lake.base import Lake, ObjectNotFound, PreconditionFailed, json_bytes
 from aigc.lake.cas import update_json
 from aigc.lake.keys import join
 
@@ -49,12 +53,13 @@ class Lease:
         return join(LEASES, f"{self.name}.json")
 
     def read(self) -> tuple[dict | None, str | None]:
-        """(holder record, ETag), or (None, None) when nobody holds it."""
+        """(holder record, ETag); the record is None when nobody holds the lease (never taken, or released)."""
         try:
             raw, etag = self.lake.get_with_etag(self.key)
         except ObjectNotFound:
             return None, None
-        return json.loads(raw), etag
+        record = json.loads(raw)
+        return (record if record.get("owner") is not None else None), etag
 
     def hold(self, owner: str, ttl: dt.timedelta, now: dt.datetime | None = None) -> dict:
         """Take the lease for ``owner``, or renew it if ``owner`` holds it already.
@@ -64,6 +69,8 @@ class Lease:
         """
         def take(holder: dict | None) -> dict:
             moment = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+            if holder is not None and holder.get("owner") is None:  # released
+                holder = None
             if holder is not None and holder["owner"] != owner and _expires(holder) > moment:
                 raise LeaseHeld(self.name, holder)
             mine = holder is not None and holder["owner"] == owner
@@ -99,16 +106,26 @@ class Lease:
             renewer.join()
             self.release(owner)
 
-    def release(self, owner: str) -> bool:
+    def release(self, owner: str, now: dt.datetime | None = None) -> bool:
         """Give the lease up if ``owner`` holds it; True if it was released.
 
-        A lease another owner has taken over (after ours expired) is left alone.
-        """
-        holder, _etag = self.read()
+        A lease another owner has taken over (after ours expired) is left alone, even one taken between our read
+        and our write: the release is written only over the very record we read."""
+        holder, etag = self.read()
         if holder is None or holder["owner"] != owner:
             return False
-        self.lake.delete(self.key)
+        moment = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).isoformat(timespec="seconds")
+        released = {"owner": None, "released_by": owner, "released_at": moment, "expires_at": moment}
+        try:
+            self.lake.put_if_match(self.key, json_bytes(released), etag)
+        except PreconditionFailed:
+            holder, _etag = self.read()  # our own write, replayed after a lost reply, finds the lease released
+            return holder is None
         return True
+
+    def holder(self) -> dict | None:
+        """Who holds the lease now (None: nobody)."""
+        return self.read()[0]
 
 
 PIPELINE = "aigc_pipeline"

@@ -1,10 +1,19 @@
-"""The lake on a local folder: the embedded default for a laptop and for tests."""
+"""The lake on a local folder: the embedded default for a laptop and for tests.
+
+It follows no symbolic link. A link planted in the lake (an image key that points at ``/etc/passwd``, a
+folder that points at another tree) would let a read copy an outside file into quarantine or a delete remove
+its target; so reads, writes and deletes refuse any key whose path passes through a link (naming it), and
+listings leave links out (with a warning), as if they were not objects.
+"""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
+import logging
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +23,9 @@ import pyarrow.fs as pafs
 from aigc.lake.base import Lake, ObjectNotFound, PreconditionFailed
 from aigc.lake.keys import LakeKeyError
 
+log = logging.getLogger(__name__)
 _TMP_PREFIX = ".tmp-"  # half-written files; never listed, never read
+_FD_PATHS = "/proc/self/fd"  # Linux: where an open descriptor's real path is read in one call
 
 
 def _etag(data: bytes) -> str:
@@ -37,16 +48,42 @@ class LocalLake(Lake):
         self._fs = pafs.LocalFileSystem()
 
     def _path(self, key: str) -> Path:
-        """Where a write goes: resolved, so a symlink planted inside the lake cannot lead out of it."""
-        path = (self.root / key).resolve() if key else self.root
+        """Where ``key`` lives, refusing a path that passes through a symbolic link or resolves outside the root."""
+        literal = self.root / key if key else self.root
+        path = literal.resolve()
+        if path == literal:
+            return path
         if path != self.root and self.root not in path.parents:
             raise LakeKeyError(f"lake key {key!r} resolves outside the lake root {self.root}")
-        return path
+        raise self._link_error(key)
 
-    def _read_path(self, key: str) -> str:
-        # Reads skip the per-component lstat of resolve(): keys are validated (no '..', not
-        # absolute), and a hot loop of small reads (one per image) pays for every syscall.
-        return os.path.join(self._root_str, key)
+    def _link_error(self, key: str) -> LakeKeyError:
+        link = next((p for p in (self.root / key, *(self.root / key).parents) if p.is_symlink()), self.root / key)
+        return LakeKeyError(f"lake key {key!r} passes through the symbolic link {link}: the local lake follows no "
+                            "links (replace it with the file itself)")
+
+    def _open_read(self, key: str) -> int:
+        """A descriptor on ``key``'s file, opened without following a link, and checked to be the file at the key's
+        own path (so no folder on the way was a link either)."""
+        path = os.path.join(self._root_str, key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFound(f"{self.url(key)} does not exist") from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # the last component is a link
+                raise self._link_error(key) from None
+            raise
+        try:
+            real = os.readlink(f"{_FD_PATHS}/{fd}") if os.path.isdir(_FD_PATHS) else os.path.realpath(path)
+            if real != path and real != path + " (deleted)":  # (deleted): replaced since we opened it, not a link
+                raise self._link_error(key)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ObjectNotFound(f"{self.url(key)} does not exist (it is a folder)")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def _put(self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None) -> str:
         path = self._path(key)
@@ -88,14 +125,11 @@ class LocalLake(Lake):
         return data, _etag(data)
 
     def _read(self, key: str) -> bytes:
-        try:
-            with open(self._read_path(key), "rb") as f:
-                return f.read()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise ObjectNotFound(f"{self.url(key)} does not exist") from None
+        with open(self._open_read(key), "rb") as f:
+            return f.read()
 
     def _exists(self, key: str) -> bool:
-        return os.path.isfile(self._read_path(key))
+        return self._path(key).is_file()
 
     def _size(self, key: str) -> int:
         try:
@@ -107,15 +141,19 @@ class LocalLake(Lake):
         base = self._path(prefix.rstrip("/")) if prefix else self.root
         if not base.is_dir():
             return
-        if not recursive:
-            for entry in os.scandir(base):
-                if entry.is_file() and not entry.name.startswith(_TMP_PREFIX):
-                    yield Path(entry.path).relative_to(self.root).as_posix()
-            return
-        for dirpath, _dirs, files in os.walk(base):
-            for name in files:
-                if not name.startswith(_TMP_PREFIX):
-                    yield (Path(dirpath) / name).relative_to(self.root).as_posix()
+        start = len(self._root_str) + 1
+        folders = [str(base)]
+        while folders:
+            with os.scandir(folders.pop()) as entries:
+                for entry in entries:
+                    if entry.is_symlink():  # d_type: no extra call per entry
+                        log.warning("%s is a symbolic link: the local lake leaves it out of listings and refuses to "
+                                    "read or delete it", entry.path)
+                    elif entry.is_dir():
+                        if recursive:
+                            folders.append(entry.path)
+                    elif entry.is_file() and not entry.name.startswith(_TMP_PREFIX):
+                        yield entry.path[start:]
 
     def _delete(self, key: str) -> None:
         path = self._path(key)

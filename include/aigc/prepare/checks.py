@@ -24,14 +24,15 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from aigc.config import PrepareConfig
+from aigc.jsonlines import JsonLimits
 from aigc.lake.keys import LakeKeyError, validate_key
 from aigc.prepare import image_minhash, minhash
 from aigc.prepare.drop import RECORD_FIELDS
-from aigc.prepare.records import Rejected, parse_record
+from aigc.prepare.records import Rejected, Unreadable, parse_record
 
 REASONS = (
-    "invalid_utf8", "malformed_json", "missing_field", "image_key_invalid", "duplicate_id", "caption_empty",
-    "caption_too_short", "caption_too_long", "blocked_term", "image_missing", "image_empty",
+    "invalid_utf8", "malformed_json", "record_too_large", "missing_field", "image_key_invalid", "duplicate_id",
+    "caption_empty", "caption_too_short", "caption_too_long", "blocked_term", "image_missing", "image_empty",
     "image_too_big_bytes", "image_undecodable", "image_too_large", "image_too_small",
     "exact_duplicate", "near_duplicate",
 )
@@ -42,9 +43,9 @@ IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 THUMB_SIDE = 8  # the RGB thumbnail near-duplicate detection compares
 
 
-def parse_line(data: bytes) -> dict | Rejected:
+def parse_line(data: bytes, limits: JsonLimits | None = None) -> dict | Rejected:
     """Bytes of one JSONL line → the record, or why not."""
-    record = parse_record(data, RECORD_FIELDS)
+    record = parse_record(data, RECORD_FIELDS, limits)
     if isinstance(record, Rejected):
         return Rejected(record.reason, record.detail)  # no id for these: the line is not a record of ours
     try:
@@ -128,7 +129,9 @@ def _bomb_warnings_as_errors() -> Iterator[None]:
             _guarded.on = False
 
 
-def decode_image(data: bytes | None, cfg: PrepareConfig) -> DecodedImage | Rejected:
+def decode_image(data: bytes | Unreadable | None, cfg: PrepareConfig) -> DecodedImage | Rejected:
+    if isinstance(data, Unreadable):
+        return Rejected("image_key_invalid", data.detail)
     if data is None:
         return Rejected("image_missing", "the image object named by the record does not exist")
     if not data:

@@ -53,7 +53,8 @@ def origin_of(line, record: dict | None, rules: RecordRules) -> Origin:
 
 def quarantine_row(origin: Origin, why: Rejected, attachment: bytes | None) -> dict:
     return {"id": origin.record_id, "reason": why.reason, "detail": why.detail, "raw_file": origin.file,
-            "raw_line": origin.line_no, "raw": origin.raw, "image_key": origin.attachment_key, "image": attachment}
+            "raw_line": origin.line_no, "raw": bytes(origin.raw),  # a LongLine's head, not the line
+            "image_key": origin.attachment_key, "image": attachment}
 
 
 class Curator:

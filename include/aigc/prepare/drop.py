@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from aigc.lake import Lake, ObjectNotFound
 from aigc.lake.keys import join, parse_date
+from aigc.lines import DEFAULT_MAX_LINE_BYTES, LongLine, line_size
 
 SUCCESS = "_SUCCESS"
 RECORD_FIELDS = ("id", "caption", "image", "source", "created_at")
@@ -48,6 +49,25 @@ def record_files(raw: Lake, date: str | dt.date) -> list[str]:
     return [k for k in raw.list(prefix, recursive=False) if k.endswith(".jsonl")]
 
 
+MAX_MARKER_BYTES = 64 * 1024
+"""A ``_SUCCESS`` marker larger than this is read as a bare marker: its count only feeds a progress bar."""
+
+
+def announced_records(raw: Lake, date: str | dt.date) -> int | None:
+    """The record count a complete drop's marker announces (``{"records": N}``), or None for a bare, oversized or
+    malformed marker: the producer's file is read within bounds and never fails the run."""
+    from aigc.jsonlines import JsonLimits, Refused, read_json_object
+
+    key = join(drop_prefix(date), SUCCESS)
+    try:
+        if raw.size(key) > MAX_MARKER_BYTES:
+            return None
+        records = read_json_object(raw.get_bytes(key), JsonLimits(max_line_bytes=MAX_MARKER_BYTES)).get("records")
+    except (ObjectNotFound, Refused):
+        return None
+    return records if isinstance(records, int) and not isinstance(records, bool) and records >= 0 else None
+
+
 @dataclass(frozen=True)
 class RawLine:
     """One line of a drop, as bytes, with where it came from (for quarantine and messages)."""
@@ -57,12 +77,13 @@ class RawLine:
     data: bytes
 
 
-def iter_lines(raw: Lake, files: list[str]) -> Iterator[RawLine]:
-    """Every non-blank line of ``files`` (from ``record_files``), streamed."""
+def iter_lines(raw: Lake, files: list[str], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[RawLine]:
+    """Every non-blank line of ``files`` (from ``record_files``), streamed; one over ``max_line_bytes`` as a
+    ``LongLine`` (its head and length), which parsing refuses."""
     for key in files:
         try:
-            for n, line in enumerate(raw.iter_lines(key), start=1):
-                if line.strip():
+            for n, line in enumerate(raw.iter_lines(key, max_line_bytes=max_line_bytes), start=1):
+                if _worth_reading(line):
                     yield RawLine(key, n, line)
         except ObjectNotFound:
             raise DropNotFound(f"{raw.url(key)} vanished while the drop was being read") from None
@@ -96,17 +117,23 @@ def split_drop(raw: Lake, files: list[str], parts: int) -> list[list[Segment]]:
     return split
 
 
-def iter_segments(raw: Lake, segments: list[Segment]) -> Iterator[RawLine]:
+def iter_segments(raw: Lake, segments: list[Segment],
+                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[RawLine]:
     """Every non-blank line that starts in ``segments``, numbered as in its whole file. The file is read from its
     start (line numbers need the lines before); JSONL lines are small beside the objects they name."""
     for segment in segments:
         offset = 0
         try:
-            for n, line in enumerate(raw.iter_lines(segment.file), start=1):
+            for n, line in enumerate(raw.iter_lines(segment.file, max_line_bytes=max_line_bytes), start=1):
                 if offset >= segment.end:
                     break
-                if offset >= segment.start and line.strip():
+                if offset >= segment.start and _worth_reading(line):
                     yield RawLine(segment.file, n, line)
-                offset += len(line) + 1
+                offset += line_size(line) + 1
         except ObjectNotFound:
             raise DropNotFound(f"{raw.url(segment.file)} vanished while the drop was being read") from None
+
+
+def _worth_reading(line: bytes) -> bool:
+    """Not a blank line (a line cut to its head is never blank: its head may be spaces before a record)."""
+    return isinstance(line, LongLine) or bool(line.strip())

@@ -32,7 +32,7 @@ from aigc.lake import Lake, ObjectNotFound
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id
 from aigc.prepare.curate import Curator, Origin, origin_of, quarantine_row, raw_uri
-from aigc.prepare.drop import SUCCESS, Segment, drop_prefix, iter_segments, record_files, split_drop
+from aigc.prepare.drop import Segment, announced_records, drop_prefix, iter_segments, record_files, split_drop
 from aigc.prepare.history import keys_schema
 from aigc.prepare.records import Rejected
 from aigc.prepare.run import examining
@@ -61,10 +61,7 @@ def plan_prepare(raw: Lake, date: str | dt.date, cfg: PrepareConfig, run_id: str
     date = parse_date(date)
     files = record_files(raw, date)
     split = split_drop(raw, files, cfg.parts)
-    try:
-        announced = int(raw.get_json(join(drop_prefix(date), SUCCESS)).get("records"))
-    except (ValueError, TypeError, AttributeError, ObjectNotFound):
-        announced = None
+    announced = announced_records(raw, date)
     return {"stage": "prepare_plan", "date": date.isoformat(), "run_id": run_id or new_run_id(),
             "dataset": cfg.dataset, "raw": raw_uri(raw, date), "files": len(files), "announced": announced,
             "parts": [{"index": i, "segments": [[s.file, s.start, s.end] for s in segments]}
@@ -87,8 +84,8 @@ def prepare_part(raw: Lake, lake: Lake, plan: dict, part: dict, cfg: PrepareConf
     segments = [Segment(*s) for s in part["segments"]]
     seq = 0
     with examining(raw.sub(drop_prefix(plan["date"])), cfg, rules) as examine:
-        lines = progress(iter_segments(raw, segments), desc=f"prepare {plan['date']} part {part['index']}",
-                         unit="rec")
+        lines = progress(iter_segments(raw, segments, cfg.max_line_bytes),
+                         desc=f"prepare {plan['date']} part {part['index']}", unit="rec")
         for lines_, examined in examine(lines):
             kept = []
             for line, (record, attachment, verdict) in zip(lines_, examined.outcomes, strict=True):

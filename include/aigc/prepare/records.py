@@ -19,11 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from aigc.config import PrepareConfig
+from aigc.jsonlines import JsonLimits, Refused, read_json_object
 from aigc.prepare import minhash
 from aigc.workloads.base import RecordRules
 
-CORE_REASONS = ("invalid_utf8", "malformed_json", "missing_field", "duplicate_id", "exact_duplicate",
-                "near_duplicate")
+CORE_REASONS = ("invalid_utf8", "malformed_json", "record_too_large", "missing_field", "attachment_key_invalid",
+                "duplicate_id", "exact_duplicate", "near_duplicate")
 """Quarantine reasons the core gives whatever the workload; a workload's own come from its checks."""
 _REASON = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -42,6 +43,14 @@ class Rejected:
             raise ValueError(f"a rejection reason is a lowercase slug like 'text_too_long', got {self.reason!r}")
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """An attachment key the drop's lake refused to read (a symbolic link, a path out of the drop): its record is
+    quarantined with the lake's message, and no byte behind the key is read."""
+
+    detail: str
+
+
 @dataclass
 class Examined:
     """A batch of lines after the per-record checks, before dedup."""
@@ -54,18 +63,13 @@ class Examined:
     Plain lists, not Arrow arrays: building those here would import pandas into every decoding process."""
 
 
-def parse_record(data: bytes, fields: tuple[str, ...]) -> dict | Rejected:
-    """Bytes of one JSONL line → the record (a JSON object whose ``fields`` are strings), or why not."""
+def parse_record(data: bytes, fields: tuple[str, ...], limits: JsonLimits | None = None) -> dict | Rejected:
+    """Bytes of one JSONL line → the record (a JSON object, within ``limits``, whose ``fields`` are strings), or
+    why not."""
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return Rejected("invalid_utf8", f"byte {data[e.start:e.start + 1]!r} at offset {e.start} is not UTF-8")
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as e:
-        return Rejected("malformed_json", f"{e.msg} at column {e.colno}")
-    if not isinstance(record, dict):
-        return Rejected("malformed_json", f"a line must hold a JSON object, got {type(record).__name__}")
+        record = read_json_object(data, limits or JsonLimits())
+    except Refused as e:
+        return Rejected(e.reason, e.detail)
     missing = [f for f in fields if not isinstance(record.get(f), str)]
     if missing:
         return Rejected("missing_field", f"field(s) {missing} missing or not strings", record)
@@ -209,8 +213,8 @@ class PerRecordRules(RecordRules):
         """Tokens whose Jaccard similarity makes two rows near duplicates (word shingles); None: no near dedup."""
         return None
 
-    def examine_lines(self, lines, fetch_all: Callable[[list[str]], list[bytes | None]], cfg) -> Examined:
-        parsed = [parse_record(line.data, self.record_fields) for line in lines]
+    def examine_lines(self, lines, fetch_all: Callable[[list[str]], list], cfg) -> Examined:
+        parsed = [parse_record(line.data, self.record_fields, cfg.json_limits) for line in lines]
         keys = [p[self.attachment_field] for p in parsed if self.attachment_field and isinstance(p, dict)]
         attachments = iter(fetch_all(keys) if keys else [])
         outcomes, rows = [], []
@@ -219,6 +223,9 @@ class PerRecordRules(RecordRules):
                 outcomes.append((p.record, None, p))
                 continue
             attachment = next(attachments) if self.attachment_field else None
+            if isinstance(attachment, Unreadable):
+                outcomes.append((p, None, Rejected("attachment_key_invalid", attachment.detail, p)))
+                continue
             row = self.examine(p, attachment, cfg)
             if isinstance(row, Rejected):
                 outcomes.append((p, attachment, Rejected(row.reason, row.detail, p)))

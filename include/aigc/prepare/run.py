@@ -20,10 +20,10 @@ from multiprocessing import get_context
 
 from aigc.config import PrepareConfig
 from aigc.lake import Lake
-from aigc.lake.keys import join, parse_date, partition
+from aigc.lake.keys import parse_date, partition
 from aigc.lake.publish import new_run_id, publish
 from aigc.prepare.curate import MANIFEST, Curator, ReconciliationError, origin_of, raw_uri
-from aigc.prepare.drop import SUCCESS, RawLine, drop_prefix, iter_lines, record_files
+from aigc.prepare.drop import RawLine, announced_records, drop_prefix, iter_lines, record_files
 from aigc.prepare.records import Examined, Rejected
 from aigc.prepare.worker import examine_lines, init_worker
 from aigc.procs import available_cpus, worker_processes_allowed
@@ -42,8 +42,8 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
     rules = rules or load_workload("image").records(None)
     date = parse_date(date)
     started = time.perf_counter()
-    lines = iter_lines(raw, record_files(raw, date))  # DropNotFound before anything is written
-    expected = _announced_records(raw, date)
+    lines = iter_lines(raw, record_files(raw, date), cfg.max_line_bytes)  # DropNotFound before anything is written
+    expected = announced_records(raw, date)
     curator = Curator(lake, date, run_id or new_run_id(), cfg, rules)
     n_input = 0
     with examining(raw.sub(drop_prefix(date)), cfg, rules) as examine:
@@ -113,13 +113,6 @@ def publish_prepared(lake: Lake, dataset: str, date: str | dt.date, run_id: str)
     return {"stage": "publish", "date": parse_date(date).isoformat(), "run_id": run_id,
             "curated_uri": lake.url(c["run_prefix"]), "quarantine_uri": lake.url(c["companions"][quarantine]),
             "replaced_run_id": c["previous_run_id"]}
-
-
-def _announced_records(raw: Lake, date: dt.date) -> int | None:
-    try:
-        return int(raw.get_json(join(drop_prefix(date), SUCCESS)).get("records"))
-    except (ValueError, TypeError, AttributeError):
-        return None  # a bare marker is fine: the count is only for the progress bar
 
 
 class _InlineExecutor(Executor):

@@ -11,9 +11,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from aigc.config import PrepareConfig
-from aigc.lake import Lake, LocalLake, ObjectNotFound
+from aigc.lake import Lake, LakeKeyError, LocalLake, ObjectNotFound
 from aigc.prepare.drop import RawLine
-from aigc.prepare.records import Examined
+from aigc.prepare.records import Examined, Unreadable
 from aigc.workloads.base import RecordRules
 
 _state: dict = {}
@@ -28,15 +28,18 @@ def init_worker(drop: Lake, cfg: PrepareConfig, rules: RecordRules | None = None
     _state.setdefault("fetcher", ThreadPoolExecutor(max_workers=8))  # one per process, reused
 
 
-def _fetch(key: str) -> bytes | None:
+def _fetch(key: str) -> bytes | Unreadable | None:
     try:
         return _state["drop"].get_bytes(key)
     except ObjectNotFound:
         return None
+    except LakeKeyError as e:  # a symbolic link, or a path out of the drop: refused by the lake, never read
+        return Unreadable(str(e))
 
 
-def fetch_all(keys: list[str]) -> list[bytes | None]:
-    """Objects of the drop by key (None where missing), in order. Remote objects are fetched concurrently
+def fetch_all(keys: list[str]) -> list[bytes | Unreadable | None]:
+    """Objects of the drop by key (None where missing, ``Unreadable`` where the lake refused the key), in order.
+    Remote objects are fetched concurrently
     (latency dominates); local reads are faster inline."""
     if isinstance(_state["drop"], LocalLake):
         return [_fetch(k) for k in keys]

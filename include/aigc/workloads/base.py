@@ -101,7 +101,8 @@ class RecordRules(ABC):
     def examine_lines(self, lines: list, fetch_all: Callable[[list[str]], list[bytes | None]],
                       cfg: PrepareConfig) -> Examined:
         """A batch of raw lines (``aigc.prepare.drop.RawLine``) → per line a curated candidate or a rejection
-        (``aigc.prepare.records.Examined``). ``fetch_all`` reads objects of the drop by key, concurrently."""
+        (``aigc.prepare.records.Examined``). ``fetch_all`` reads objects of the drop by key, concurrently: None for
+        a missing one, an ``aigc.prepare.records.Unreadable`` for a key the lake refused (quarantine its record)."""
 
     @abstractmethod
     def deduplicator(self, cfg: PrepareConfig) -> Any:

@@ -128,7 +128,8 @@ def test_review_labels_feed_back_into_agreement(deployed_lake):
     second = evaluate(deployed_lake, finished, cfg, run_id="20261120T000000000000Z-rev002")
     metrics_key = f"{evaluation_prefix('shapes-cvae', DATE, second['run_id'])}/metrics.json"
     review = deployed_lake.get_json(metrics_key)["review"]
-    assert review == {"queued": 6, "labelled": 6, "human_agreement": round(4 / 6, 4)}
+    assert review == {"queued": 6, "labelled": 6, "human_agreement": round(4 / 6, 4), "refused_labels": 0,
+                      "refused_examples": []}
 
 
 def test_regression_is_measured_like_for_like_and_decides_promotion(deployed_lake):

@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import pickle
 import re
 import uuid
 
@@ -10,6 +11,7 @@ import pytest
 
 from aigc.lake import LakeKeyError, LocalLake, ObjectNotFound, PreconditionFailed, open_lake
 from aigc.lake.s3 import LakeUnreachable, S3Lake, S3Options
+from aigc.lines import LongLine, line_size
 
 
 def test_put_get_exists_list_delete(lake):
@@ -91,7 +93,78 @@ def test_iter_lines_splits_across_chunks(lake):
     assert list(lake.iter_lines("l.jsonl", chunk_bytes=64)) == lines
 
 
-def test_sub_lakes_share_the_backend_and_stay_inside(lake):
+def test_iter_lines_takes_linear_time_in_a_long_line(lake):
+    """Fails on a reader that joins a line's pieces as each chunk comes (quadratic: 1.1 s for a 16 MiB line against
+    0.036 s for the same bytes in short lines): here both reads cost about the same."""
+    import time
+
+    long_line, short_lines = b"x" * (16 << 20), b"\n".join([b"x" * 1023] * (16 << 10))
+    lake.put_bytes("long.jsonl", long_line)
+    lake.put_bytes("short.jsonl", short_lines)
+
+    def seconds(key: str) -> float:
+        started = time.perf_counter()
+        read = sum(len(line) + 1 for line in lake.iter_lines(key, chunk_bytes=64 << 10, max_line_bytes=None))
+        assert read >= 16 << 20
+        return time.perf_counter() - started
+
+    short = min(seconds("short.jsonl") for _ in range(3))
+    long = min(seconds("long.jsonl") for _ in range(3))
+    assert long < 4 * short + 0.15, (long, short)
+
+
+def test_a_line_over_the_bound_is_its_head_and_its_length(lake):
+    lake.put_bytes("l.jsonl", b"short\n" + b"y" * 5000 + b"\n" + b"z" * 300 + b"\nlast")
+    lines = list(lake.iter_lines("l.jsonl", chunk_bytes=64, max_line_bytes=256))
+    assert lines[0] == b"short" and lines[3] == b"last" and not isinstance(lines[0], LongLine)
+    assert isinstance(lines[1], LongLine) and (lines[1].size, bytes(lines[1])) == (5000, b"y" * LongLine.HEAD)
+    assert isinstance(lines[2], LongLine) and (lines[2].size, bytes(lines[2])) == (300, b"z" * 300)
+    assert [line_size(x) for x in lines] == [5, 5000, 300, 4]
+    assert pickle.loads(pickle.dumps(lines[1])).size == 5000  # crosses to decoding processes whole
+
+
+def test_a_long_line_costs_the_reader_bounded_memory(tmp_path):
+    import tracemalloc
+
+    lake = LocalLake(tmp_path)
+    with open(tmp_path / "big.jsonl", "wb") as f:
+        for _ in range(64):
+            f.write(b"w" * (1 << 20))
+        f.write(b"\n{}\n")
+    tracemalloc.start()
+    try:
+        lines = list(lake.iter_lines("big.jsonl", max_line_bytes=1 << 20))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [line_size(x) for x in lines] == [64 << 20, 2] and peak < 8 << 20, peak
+
+
+def _outside_file(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.png").write_bytes(b"outside bytes")
+    return outside
+
+
+def test_the_local_lake_follows_no_link_on_reads_lists_and_deletes(tmp_path):
+    """Fails on a lake that follows links: reading copied the outside file's bytes, deleting removed its target."""
+    outside = _outside_file(tmp_path)
+    lake = LocalLake(tmp_path / "lake")
+    lake.put_bytes("drop/images/real.png", b"real")
+    (tmp_path / "lake" / "drop" / "images" / "evil.png").symlink_to(outside / "secret.png")
+    (tmp_path / "lake" / "drop" / "linked").symlink_to(outside)  # a folder link
+    (tmp_path / "lake" / "drop" / "inner").symlink_to(tmp_path / "lake" / "drop" / "images")  # inside the lake
+    for key in ("drop/images/evil.png", "drop/linked/secret.png", "drop/inner/real.png"):
+        for read in (lake.get_bytes, lake.size, lake.exists, lake.open_input, lake.iter_lines, lake.delete):
+            with pytest.raises(LakeKeyError, match=re.escape(repr(key))):
+                list(lake.iter_lines(key)) if read == lake.iter_lines else read(key)
+    assert lake.list("drop") == ["drop/images/real.png"]  # links are not objects
+    with pytest.raises(LakeKeyError, match="symbolic link"):
+        lake.sub("drop/inner").get_bytes("real.png")
+    assert lake.delete_prefix("drop") == 1
+    assert (outside / "secret.png").read_bytes() == b"outside bytes"
+    assert (tmp_path / "lake" / "drop" / "images" / "evil.png").is_symlink()  # not ours to remove either
     sub = lake.sub("raw/shapes")
     sub.put_bytes("dt=2026-11-28/x", b"x")
     assert lake.get_bytes("raw/shapes/dt=2026-11-28/x") == b"x"

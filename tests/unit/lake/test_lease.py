@@ -65,3 +65,28 @@ def test_parallel_renewals_by_one_owner_all_succeed(lake):
     with ThreadPoolExecutor(6) as pool:
         records = list(pool.map(lambda _: lease.hold("run-a", HOUR), range(6)))
     assert {r["owner"] for r in records} == {"run-a"}
+
+
+def test_a_release_never_removes_a_takeover_that_landed_after_its_read(lake, monkeypatch):
+    """Fails on a read-then-delete release: run-a read its own (expired) lease, run-b took it over, and run-a's
+    delete then removed run-b's lease, letting a third run write the date beside run-b."""
+    lease = Lease(lake, "p/dt=2026-11-28")
+    lease.hold("run-a", HOUR, now=T0)
+    stale = lease.read()  # what run-a's release reads, just before run-b takes over
+    lease.hold("run-b", HOUR, now=T0 + 2 * HOUR)
+    monkeypatch.setattr(Lease, "read", lambda self: stale)
+    assert not lease.release("run-a")
+    monkeypatch.undo()
+    assert lease.holder()["owner"] == "run-b"
+    with pytest.raises(LeaseHeld, match="held by 'run-b'"):
+        lease.hold("run-c", HOUR, now=T0 + 2 * HOUR + dt.timedelta(minutes=1))
+
+
+def test_a_released_lease_is_free_to_the_next_claimant_and_says_who_released_it(lake):
+    lease = Lease(lake, "p/dt=2026-11-28")
+    lease.hold("run-a", HOUR, now=T0)
+    assert lease.release("run-a", now=T0 + dt.timedelta(minutes=5)) and lease.holder() is None
+    assert lake.get_json(lease.key)["released_by"] == "run-a"
+    assert not lease.release("run-a")  # released already
+    taken = lease.hold("run-b", HOUR, now=T0 + dt.timedelta(minutes=6))
+    assert taken["owner"] == "run-b" and taken["taken_over_from"] is None

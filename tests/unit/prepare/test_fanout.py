@@ -74,6 +74,22 @@ def test_more_parts_than_bytes_leaves_the_extra_parts_empty(tmp_path):
     assert sum(1 for segments in split if not segments) == 50 - 38
 
 
+def test_lines_over_the_bound_are_cut_where_they_are_and_every_part_counts_them_once(tmp_path):
+    """A line too long to keep is yielded as its head: the parts still cut at its true length."""
+    from aigc.lake import LocalLake
+    from aigc.lines import LongLine
+
+    raw = LocalLake(tmp_path)
+    raw.put_bytes("a.jsonl", b'{"x": 1}\n' + b"y" * 5000 + b'\n{"x": 2}\n' + b" " * 3000 + b'{"x": 3}\n{"x": 4}\n')
+    whole = [(line.line_no, line.data) for line in iter_lines(raw, ["a.jsonl"], max_line_bytes=1000)]
+    assert [n for n, _ in whole] == [1, 2, 3, 4, 5] and isinstance(whole[3][1], LongLine)  # never "blank"
+    for parts in (1, 2, 3, 7, 40):
+        split = split_drop(raw, ["a.jsonl"], parts)
+        lines = [(line.line_no, line.data) for segments in split
+                 for line in iter_segments(raw, segments, max_line_bytes=1000)]
+        assert lines == whole, parts
+
+
 def test_a_finished_part_is_not_redone_and_a_half_written_one_starts_again(lake, drop):
     cfg = dataclasses.replace(CFG, parts=2)
     plan = plan_prepare(drop, DATE, cfg, "20261128T000000-retry")

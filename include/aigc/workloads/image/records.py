@@ -21,7 +21,7 @@ class ImageRecordRules(RecordRules):
     curated_schema = CURATED_SCHEMA
 
     def examine_lines(self, lines, fetch_all, cfg):
-        parsed = [parse_line(line.data) for line in lines]
+        parsed = [parse_line(line.data, cfg.json_limits) for line in lines]
         records = [p for p in parsed if not isinstance(p, Rejected)]
         images = fetch_all([r["image"] for r in records])  # in the order of `records`
         checked = iter(zip(images, examine_all(list(zip(records, images, strict=True)), cfg), strict=True))
@@ -32,7 +32,7 @@ class ImageRecordRules(RecordRules):
                 continue
             image, verdict = next(checked)
             if isinstance(verdict, Rejected):
-                worth_keeping = image is not None and len(image) <= cfg.max_image_bytes
+                worth_keeping = isinstance(image, bytes) and len(image) <= cfg.max_image_bytes
                 outcomes.append((p, image if worth_keeping else None, verdict))
             else:  # a curated row carries its (normalised) image, so the raw bytes are not sent back twice
                 rows.append(verdict)
