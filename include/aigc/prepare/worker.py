@@ -39,8 +39,7 @@ def _fetch(key: str) -> bytes | Unreadable | None:
 
 def fetch_all(keys: list[str]) -> list[bytes | Unreadable | None]:
     """Objects of the drop by key (None where missing, ``Unreadable`` where the lake refused the key), in order.
-    Remote objects are fetched concurrently
-    (latency dominates); local reads are faster inline."""
+    Remote objects are fetched concurrently (latency dominates); local reads are faster inline."""
     if isinstance(_state["drop"], LocalLake):
         return [_fetch(k) for k in keys]
     return list(_state["fetcher"].map(_fetch, keys))
