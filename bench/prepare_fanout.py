@@ -66,7 +66,7 @@ def fanned_out(root: str, parts: int, out: str) -> tuple[float, dict]:
     started = time.perf_counter()
     lake = open_lake(root)
     cfg = PrepareConfig(workers=1, parts=parts)
-    plan = plan_prepare(lake.sub("raw/shapes"), DATE, cfg)
+    plan = plan_prepare(lake.sub("raw/shapes"), lake.sub(out), DATE, cfg)
 
     def part(index: int) -> None:
         subprocess.run([sys.executable, "-c", PART, root, json.dumps(plan), str(index), out], capture_output=True,
@@ -74,7 +74,7 @@ def fanned_out(root: str, parts: int, out: str) -> tuple[float, dict]:
 
     with ThreadPoolExecutor(parts) as pool:
         list(pool.map(part, range(parts)))
-    summary = merge_parts(lake.sub(out), plan, cfg, load_workload("image").records(None))
+    summary = merge_parts(lake.sub("raw/shapes"), lake.sub(out), plan, cfg, load_workload("image").records(None))
     return time.perf_counter() - started, summary
 
 

@@ -40,14 +40,20 @@ def _config(args: argparse.Namespace) -> PipelineConfig:
 
 
 def _raw_lake(args: argparse.Namespace, cfg: PipelineConfig):
-    return open_lake(args.raw) if args.raw else open_lake(args.lake).sub(join("raw", cfg.raw.source))
+    """The root the drop is read from: ``--raw``, else by ``raw.drop`` (``aigc.prepare.drop.raw_root``)."""
+    from aigc.prepare.drop import raw_root
+
+    return raw_root(open_lake(args.lake), cfg.raw.drop, cfg.raw.source, args.raw)
 
 
 def cmd_make_raw(args: argparse.Namespace) -> dict:
+    """A synthetic drop: under the lake's synthetic root (never a producer's), or where ``--out`` says."""
+    from aigc.prepare.drop import raw_root
     from aigc.stages import PREPARE
 
     cfg = _config(args)
-    raw = open_lake(args.out) if args.out else _raw_lake(args, cfg)
+    out = args.out or args.raw
+    raw = open_lake(out) if out else raw_root(open_lake(args.lake), "synthetic", cfg.raw.source)
     return {"command": "make-raw", **PREPARE.make_raw(raw, args.date, cfg)}
 
 
@@ -305,10 +311,11 @@ def _model_status(catalog, date: str) -> dict | None:
                                   "initial_val_loss", "imbalance", "measured_imbalance", "loss_png_uri")}
 
 
-def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls, only: tuple[str, ...] = ()) -> None:
+def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls, only: tuple[str, ...] = (),
+                      skip: tuple[str, ...] = ()) -> None:
     group = p.add_argument_group(f"{section} settings (defaults from --preset)")
     for f in dataclasses.fields(cfg_cls):
-        if only and f.name not in only:
+        if only and f.name not in only or f.name in skip:
             continue
         kind = {"int": int, "float": float}.get(str(f.type).split()[0], str)  # annotations are strings here
         group.add_argument(f"--{f.name.replace('_', '-')}", dest=f"{section}__{f.name}", type=kind, default=None,
@@ -353,9 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("make-raw", cmd_make_raw, "write a synthetic, dirty raw drop of image–caption pairs")
-    p.add_argument("--out", default=None, help="raw root URI (default <lake>/raw/<source>)")
+    p.add_argument("--out", default=None, help="raw root URI (default <lake>/raw/_synthetic/<source>: its own, "
+                                                 "never a producer's; `aigc prepare --drop synthetic` reads it)")
     p.add_argument("--raw", default=None, help=argparse.SUPPRESS)
-    _add_config_flags(p, "raw", RawDropConfig)
+    _add_config_flags(p, "raw", RawDropConfig, skip=("drop",))
     _add_config_flags(p, "text", TextConfig, only=("mean_items", "max_items"))
 
     for name, fn, help_ in (
@@ -364,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("publish", cmd_publish, "publish a prepared, gated run"),
     ):
         p = command(name, fn, help_)
-        p.add_argument("--raw", default=None, help="raw root URI (default <lake>/raw/<source>)")
+        p.add_argument("--raw", default=None, help="a producer's raw root URI, read only (default <lake>/raw/<source>)")
         if name == "prepare":
             p.add_argument("--no-gate", action="store_true", help="stop after writing the staging run")
         else:
@@ -374,6 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_flags(p, "text", TextConfig, only=("min_chars", "max_chars", "min_clean_fraction", "shingle_words"))
         if name == "prepare":
             p.add_argument("--source", dest="raw__source", default=None, help="raw source name (default shapes)")
+            p.add_argument("--drop", dest="raw__drop", default=None, choices=("producer", "synthetic"),
+                           help="producer: a producer's drop under --raw or <lake>/raw/<source> (default preset); "
+                                "synthetic: the one `aigc make-raw` wrote under <lake>/raw/_synthetic/<source> "
+                                "(demo and smoke presets)")
     p = command("train", cmd_train, "train the generator under torchrun on the curated window; then gate 2 and publish")
     p.add_argument("--run-id", default=None, help="resume this run from its last checkpoint (default: a new run)")
     p.add_argument("--no-gate", action="store_true", help="stop after training, before gate 2 and publishing")

@@ -114,28 +114,28 @@ class PrepareStage(Stage):
 
         workload = _workload(cfg, self.name)
         if cfg.prepare.parts > 1:
-            plan = self.plan(raw, date, cfg)
+            plan = self.plan(raw, lake, date, cfg)
             for part in plan["parts"]:
                 self.part(raw, lake, plan, part, cfg)
-            return self.merge(lake, plan, cfg)
+            return self.merge(raw, lake, plan, cfg)
         return prepare(raw, lake, date, cfg.prepare, rules=workload.records(cfg), workload=workload.name)
 
-    def plan(self, raw: Lake, date, cfg: PipelineConfig, run_id: str | None = None) -> dict:
+    def plan(self, raw: Lake, lake: Lake, date, cfg: PipelineConfig, run_id: str | None = None) -> dict:
         from aigc.prepare.fanout import plan_prepare
 
         _require(cfg, self.name)
-        return plan_prepare(raw, date, cfg.prepare, run_id)
+        return plan_prepare(raw, lake, date, cfg.prepare, run_id)
 
     def part(self, raw: Lake, lake: Lake, plan: dict, part: dict, cfg: PipelineConfig) -> dict:
         from aigc.prepare.fanout import prepare_part
 
         return prepare_part(raw, lake, plan, part, cfg.prepare, _workload(cfg, self.name).records(cfg))
 
-    def merge(self, lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
+    def merge(self, raw: Lake, lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
         from aigc.prepare.fanout import merge_parts
 
         workload = _workload(cfg, self.name)
-        return merge_parts(lake, plan, cfg.prepare, workload.records(cfg), workload.name)
+        return merge_parts(raw, lake, plan, cfg.prepare, workload.records(cfg), workload.name)
 
     def make_raw(self, raw: Lake, date, cfg: PipelineConfig) -> dict:
         """A synthetic raw drop of the workload's records for ``date`` (the demo's data)."""

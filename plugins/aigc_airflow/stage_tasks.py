@@ -167,10 +167,12 @@ def _acknowledge_prompt_files(context, events: list[dict]) -> None:
 
 # -- stage 1 -------------------------------------------------------------------------------------------
 def _raw_lake(lake, cfg, params):
-    from aigc.lake.keys import join
+    """The drop's root: a producer's (the form's raw URI, else <lake>/raw/<source>), only ever read; or, for a
+    synthetic drop (the demo and smoke presets), <lake>/raw/_synthetic/<source>."""
+    from aigc.prepare.drop import raw_root
     from aigc_airflow.runtime import open_task_lake
 
-    return open_task_lake(params["raw_uri"]) if params.get("raw_uri") else lake.sub(join("raw", cfg.raw.source))
+    return raw_root(lake, cfg.raw.drop, cfg.raw.source, params.get("raw_uri"), open_task_lake)
 
 
 def prepare_tasks():
@@ -178,7 +180,9 @@ def prepare_tasks():
 
         @task.branch
         def choose_drop() -> str:
-            return "make_demo_drop" if get_current_context()["params"]["synthetic_drop"] else "wait_for_drop"
+            """A synthetic drop (demo, smoke) is written first; a producer's is waited for, never written."""
+            _context, cfg, _lake, _date = run_config(hold=False)
+            return "make_demo_drop" if cfg.raw.drop == "synthetic" else "wait_for_drop"
 
         @task
         def make_demo_drop() -> dict:
@@ -202,7 +206,7 @@ def prepare_tasks():
             from aigc_airflow.runtime import dag_run_scoped_id
 
             context, cfg, lake, date = run_config()
-            return PREPARE.plan(_raw_lake(lake, cfg, context["params"]), date, cfg,
+            return PREPARE.plan(_raw_lake(lake, cfg, context["params"]), lake, date, cfg,
                                 run_id=dag_run_scoped_id(context, cfg, "prepare"))
 
         @task
@@ -223,8 +227,8 @@ def prepare_tasks():
             """Deduplicate the parts in drop order and write the curated shards and the quarantine."""
             from aigc.stages import PREPARE
 
-            _context, cfg, lake, _date = run_config()
-            return PREPARE.merge(lake, plan, cfg)
+            context, cfg, lake, _date = run_config()
+            return PREPARE.merge(_raw_lake(lake, cfg, context["params"]), lake, plan, cfg)
 
         @task(outlets=[CURATED])
         def publish_curated(prepared: dict) -> dict:
@@ -327,14 +331,13 @@ def _generation_inputs(context, lake, cfg) -> tuple[str, str | None]:
     return GENERATE.model_for(cfg, ref, prompt_file=key is not None), key
 
 
-def _demo_prompts(context, ref: str, key: str | None) -> bool:
+def _demo_prompts(cfg, ref: str, key: str | None) -> bool:
     """Draw a demo prompt set when no file is named and none was dropped for the date: for a candidate (it is
-    evaluated on held-out captions), unless the run prepares a producer's drop (synthetic_drop off, carried
-    from aigc_prepare's run), whose prompts must be dropped too. Production answers dropped prompts only."""
+    evaluated on held-out captions), unless the run prepares a producer's drop (``raw.drop``, carried from
+    aigc_prepare's run), whose prompts must be dropped too. Production answers dropped prompts only."""
     from aigc.stages import PRODUCTION
-    from aigc_airflow.runtime import run_params
 
-    return key is None and ref != PRODUCTION and run_params(context).get("synthetic_drop", True)
+    return key is None and ref != PRODUCTION and cfg.raw.drop == "synthetic"
 
 
 def _unclaim_folded(context, lake, used_key: str | None) -> None:
@@ -376,7 +379,7 @@ def generate_tasks():
             try:
                 ref, key = _generation_inputs(context, lake, cfg)
                 plan = GENERATE.plan(lake, date, cfg, run_id=dag_run_scoped_id(context, cfg, "generate"),
-                                     demo_prompts=_demo_prompts(context, ref, key), model_ref=ref,
+                                     demo_prompts=_demo_prompts(cfg, ref, key), model_ref=ref,
                                      prompts_key=key)
             except (BadPrompts, VariantNotEligible, ValueError) as e:  # a retry would find the same: say why
                 raise AirflowFailException(str(e)) from e

@@ -178,7 +178,7 @@ def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
     params = copy.deepcopy(dagbag.dags["aigc_pipeline"].params)
     params.validate()  # pressing Trigger with the form unchanged is valid
     assert params["preset"] == os.environ.get("AIGC_DEFAULT_PRESET", "default")  # `make` sets demo
-    assert params["synthetic_drop"] is True
+    assert params["drop"] is None  # the preset's: a producer's drop in the default preset, synthetic in the demo
     for dag in dagbag.dags.values():
         untitled = [n for n, p in dag.params.items() if not p.schema.get("title")]
         unsectioned = [n for n, p in dag.params.items() if not p.schema.get("section")]
@@ -188,7 +188,7 @@ def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
     for name, bad in (("resolution", 33), ("dirt_rate", 1.5), ("preset", "huge"), ("n_records", 0),
                       ("workload", "my model; rm -rf"), ("workload", "pkg.mod:"),
                       ("nproc", -1), ("precision", "fp8"), ("train_steps", 0), ("variant", "fp64"),
-                      ("budget_fraction", 0), ("generate_shards", 0)):
+                      ("budget_fraction", 0), ("generate_shards", 0), ("drop", "yes")):
         with pytest.raises(ParamValidationError):
             params[name] = bad
     generate = copy.deepcopy(dagbag.dags["aigc_generate"].params)
@@ -214,7 +214,7 @@ def test_each_dag_shows_only_its_own_stages_fields_from_the_one_table(dagbag):
     for param, (section, field) in FORM_FIELDS.items():  # every config field the form names exists
         assert hasattr(getattr(config, section), field), param
     switches = {f.param for f in FORM if f.config is None}
-    assert switches == {"synthetic_drop", "raw_uri", "prompts_uri"}
+    assert switches == {"raw_uri", "prompts_uri"}
 
 
 def test_dag_file_parses_fast_without_io_or_heavy_imports():

@@ -139,8 +139,9 @@ def test_a_backfill_of_aigc_prepare_curates_each_date_and_trains_nothing(celery_
     parts = [t for t in tis if t["task_id"] == "prepare_part"]
     assert sorted(t["map_index"] for t in parts) == [0, 1] and {t["state"] for t in parts} == {"success"}, parts
     one_host = tmp_path / "one-host"
-    assert main(["prepare", "--preset", "smoke", "--lake", str(one_host), "--raw", lake.url("raw/shapes"),
-                 "--date", DATES[0], "--no-gate", "--workers", "1"]) == 0
+    # The smoke preset's synthetic drop, read where the DAG wrote it, as a producer's root (read only).
+    assert main(["prepare", "--preset", "smoke", "--drop", "producer", "--lake", str(one_host),
+                 "--raw", lake.url("raw/_synthetic/shapes"), "--date", DATES[0], "--no-gate", "--workers", "1"]) == 0
     (local_manifest,) = [k for k in open_lake(str(one_host)).list("curated") if k.endswith("_manifest.json")]
     mapped = lake.get_json(f"curated/shapes/dt={DATES[0]}/run={first[DATES[0]]}/_manifest.json")
     alone = open_lake(str(one_host)).get_json(local_manifest)

@@ -40,13 +40,13 @@ def airflow_env(tmp_path_factory):
     return env
 
 
-def dags_test(env, date, conf, timeout=600, console: io.StringIO | None = None):
+def dags_test(env, date, conf, timeout=600, console: io.StringIO | None = None, dag_id: str = "aigc_pipeline"):
     """Run the DAG for ``date`` as `make demo` does (aigc.devtools.demo: the full log to a file, the progress
     lines to ``console``); the log is kept under test-artifacts/ for whoever debugs it."""
     artifacts = ROOT / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     log = artifacts / f"dags-test-{date}-{uuid.uuid4().hex[:6]}.log"
-    rc = run_dag_test(date, conf, env, log, out=console or io.StringIO(), timeout_s=timeout)
+    rc = run_dag_test(date, conf, env, log, out=console or io.StringIO(), timeout_s=timeout, dag_id=dag_id)
     return rc, log.read_text()
 
 
@@ -108,6 +108,41 @@ def producer_prompts(n: int) -> list[dict]:
     return [{"prompt_id": f"req-{i}", "prompt": kinds[i % 4], "seed": i} for i in range(n)]
 
 
+def _drop_bytes(raw, date: str) -> dict[str, tuple[bytes, str]]:
+    """Every object of a date's drop: its bytes and its version (a local file's modification time)."""
+    return {key: (raw.get_bytes(key), version) for key, _size, version in raw.list_versions(f"dt={date}")}
+
+
+def test_a_scheduled_prepare_with_the_default_preset_reads_a_producers_drop_and_writes_nothing_there(
+        airflow_env, tmp_path):
+    """Fails on d70b129: the form's "synthetic drop" was on by default, so the scheduled run deleted the producer's
+    drop and trained on synthetic shapes. Now the default preset waits for the producer's _SUCCESS, curates
+    exactly its records, and leaves every file of it as it was (bytes and modification times)."""
+    from aigc.config import RawDropConfig
+    from aigc.prepare import make_raw_drop
+
+    date = "2026-11-23"
+    lake = open_lake(str(tmp_path / "lake"))
+    producer = lake.sub("raw/shapes")
+    made = make_raw_drop(producer, date, RawDropConfig(n=1100, seed=8, dirt_rate=0.0, source="shapes"))
+    producer.delete(f"dt={date}/_planted.json")  # a producer's drop: records, images, _SUCCESS
+    before = _drop_bytes(producer, date)
+    env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake"), "AIGC_DEFAULT_PRESET": "default"}
+    rc, log = dags_test(env, date, {}, dag_id="aigc_prepare")  # the form unchanged, as the schedule runs it
+    assert rc == 0, log[-4000:]
+    assert "Skipping tasks [('make_demo_drop', -1)]" in log  # the branch took the producer's way
+    assert _drop_bytes(producer, date) == before
+    assert not lake.list("raw/_synthetic")
+    pointer = resolve(lake, partition("curated", "shapes", date))
+    manifest = lake.get_json(f"{pointer['run_prefix']}/_manifest.json")
+    assert manifest["input_records"] == manifest["rows"] == made["records"]  # exactly its records, all clean
+    curated = lake.read_parquet([s["key"] for s in manifest["shards"]], columns=["id"]).column("id").to_pylist()
+    dropped = [json.loads(line)["id"] for key in sorted(before) if key.endswith(".jsonl")
+               for line in before[key][0].splitlines()]
+    assert sorted(curated) == sorted(dropped)
+    assert manifest["drop"]["objects"] == len(before)
+
+
 def test_dag_prepares_a_producers_drop_on_s3_through_the_airflow_connection_as_make_demo_shows_it(
         airflow_env, s3_server):
     """The whole DAG on S3, on a producer's drop and prompt file, through `make demo`'s runner and console
@@ -124,7 +159,7 @@ def test_dag_prepares_a_producers_drop_on_s3_through_the_airflow_connection_as_m
     marker = lake.get_bytes(f"raw/shapes/dt={date}/_SUCCESS")
     env = {**airflow_env, "AIGC_LAKE_URI": uri, "AIRFLOW_CONN_AWS_DEFAULT": s3_server.env()["AIRFLOW_CONN_AWS_DEFAULT"]}
     console = io.StringIO()
-    rc, log = dags_test(env, date, {**CONF, "synthetic_drop": False}, console=console)
+    rc, log = dags_test(env, date, {**CONF, "drop": "producer"}, console=console)
     assert rc == 0, log[-4000:]
     # `make demo`'s console: a line as each task starts and ends, training's progress, the gates' verdicts.
     shown = console.getvalue()
@@ -147,7 +182,7 @@ def test_missing_prompts_fail_planning_at_once_with_the_reason(airflow_env, tmp_
     lake = open_lake(str(tmp_path / "lake"))
     make_raw_drop(lake.sub("raw/shapes"), "2026-11-24", RawDropConfig(n=300, seed=6))
     env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}
-    rc, log = dags_test(env, "2026-11-24", {**CONF, "synthetic_drop": False})
+    rc, log = dags_test(env, "2026-11-24", {**CONF, "drop": "producer"})
     assert rc != 0 or "state=failed" in log
     assert "no prompt file at" in log and "prompts/shapes/dt=2026-11-24/prompts.jsonl" in log
     assert "up_for_retry" not in log  # a missing input is not retried

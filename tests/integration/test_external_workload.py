@@ -52,7 +52,8 @@ def test_an_installed_workload_runs_through_the_five_stages_of_the_core(site, tm
     for day in days:  # two days of the training window: the workload's synthetic drop, then stage 1 and gate 1
         rc, out, err = aigc(site, "make-raw", "--workload", "tiny-sum", "--lake", lake.uri, "--date", day)
         assert rc == 0 and out["records"] == 600, err[-3000:]  # the workload's preset: raw.n
-        rc, out, err = aigc(site, "prepare", "--workload", "tiny-sum", "--lake", lake.uri, "--date", day)
+        rc, out, err = aigc(site, "prepare", "--workload", "tiny-sum", "--drop", "synthetic", "--lake", lake.uri,
+                            "--date", day)
         assert rc == 0 and out["published"], err[-3000:]
         assert out["input"] == 600 == out["curated"] + out["quarantined"]
         assert set(out["reasons"]) == {"numbers_invalid", "exact_duplicate"}  # its own check, the core's dedup

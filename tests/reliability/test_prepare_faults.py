@@ -16,7 +16,7 @@ from aigc.lake.publish import resolve
 
 DATE = "2026-11-28"
 RAW = ["--n", "600", "--seed", "3"]
-PREPARE = ["--min-rows", "100", "--workers", "1"]
+PREPARE = ["--min-rows", "100", "--workers", "1", "--drop", "synthetic"]  # the drop make-raw wrote
 VOLATILE = {"run_id", "seconds", "raw", "quarantine", "shards", "dedup_keys"}  # names and timings, compared apart
 
 

@@ -14,7 +14,7 @@ from aigc.prepare.rawdrop import DIRT_KINDS, REPAIRED_KINDS
 
 DATE = "2026-11-28"
 MAKE_RAW = ["make-raw", "--date", DATE, "--n", "300", "--seed", "1"]
-PREPARE = ["prepare", "--date", DATE, "--min-rows", "100", "--workers", "1"]
+PREPARE = ["prepare", "--date", DATE, "--min-rows", "100", "--workers", "1", "--drop", "synthetic"]
 
 
 def last_json(stdout: str) -> dict:
@@ -40,7 +40,7 @@ def make_prepare_status(capsys, lake: str) -> tuple[dict, dict, dict]:
     """The happy path, with the checks every backend must pass; returns the three summaries."""
     rc, made, _ = aigc(capsys, *MAKE_RAW, "--lake", lake)
     assert rc == 0 and made["ok"] is True and made["command"] == "make-raw"
-    assert made["records"] == 300 and made["drop"] == f"{lake}/raw/shapes/dt={DATE}"
+    assert made["records"] == 300 and made["drop"] == f"{lake}/raw/_synthetic/shapes/dt={DATE}"
     assert sum(made["dirt"].values()) > 0 and set(made["dirt"]) <= set(DIRT_KINDS)
     # With this seed every unrepairable defect is quarantined and nothing else (no chance duplicates).
     expected_quarantined = sum(n for kind, n in made["dirt"].items() if kind not in REPAIRED_KINDS)
@@ -156,8 +156,8 @@ def test_make_raw_is_deterministic(capsys, tmp_path):
     _, a, _ = aigc(capsys, *MAKE_RAW, "--lake", str(tmp_path / "a"))
     _, b, _ = aigc(capsys, *MAKE_RAW, "--lake", str(tmp_path / "b"))
     assert a["dirt"] == b["dirt"] and a["repairable"] == b["repairable"]
-    first = (tmp_path / "a/raw/shapes" / f"dt={DATE}" / "records-00000.jsonl").read_bytes()
-    assert first == (tmp_path / "b/raw/shapes" / f"dt={DATE}" / "records-00000.jsonl").read_bytes()
+    first = (tmp_path / "a/raw/_synthetic/shapes" / f"dt={DATE}" / "records-00000.jsonl").read_bytes()
+    assert first == (tmp_path / "b/raw/_synthetic/shapes" / f"dt={DATE}" / "records-00000.jsonl").read_bytes()
 
 
 def test_prepare_without_a_drop_fails_naming_the_missing_location(capsys, tmp_path):
@@ -167,6 +167,19 @@ def test_prepare_without_a_drop_fails_naming_the_missing_location(capsys, tmp_pa
     assert error_line(err).startswith(f"error: DropNotFound: no complete raw drop at {where}: found nothing")
     assert summary["ok"] is False and summary["command"] == "prepare"
     assert summary["error"] == error_line(err).removeprefix("error: ")
+
+
+def test_a_synthetic_drop_has_its_own_root_and_never_goes_to_a_producers(capsys, tmp_path):
+    lake = str(tmp_path / "lake")
+    aigc(capsys, *MAKE_RAW, "--lake", lake)
+    assert not (tmp_path / "lake/raw/shapes").exists()  # the producers' root is untouched
+    rc, _, err = aigc(capsys, "prepare", "--lake", lake, "--date", DATE)  # the default preset: a producer's drop
+    assert rc == 1 and "no complete raw drop at" in err and "/raw/shapes/dt=" in err
+    assert "`aigc prepare --drop synthetic` prepares it" in err
+    producer = tmp_path / "producer"
+    rc, _, err = aigc(capsys, *PREPARE, "--lake", lake, "--raw", str(producer))
+    assert rc == 1 and "a synthetic drop is written under" in error_line(err) and "never at a producer's" in err
+    assert not producer.exists()
 
 
 def _console_script() -> list[str]:

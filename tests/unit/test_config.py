@@ -129,7 +129,8 @@ def test_demo_preset_is_small_and_differs_only_where_documented():
     assert demo.raw.n < default.raw.n and demo.curated_gate.min_rows < default.curated_gate.min_rows
     assert demo.curated_gate.min_rows <= demo.raw.n  # a clean demo drop can pass its gate
     assert demo.generate.prompts < default.generate.prompts
-    assert demo.override({"raw": {"n": default.raw.n}, "prepare": {"workers": 0},
+    assert (demo.raw.drop, default.raw.drop) == ("synthetic", "producer")  # only a demo writes its own drop
+    assert demo.override({"raw": {"n": default.raw.n, "drop": "producer"}, "prepare": {"workers": 0},
                           "curated_gate": {"min_rows": 1000},
                           "train": {"steps": 1500, "eval_every": 250, "checkpoint_every": 250},
                           "generate": {"prompts": 512, "shards": 4}}) == default

@@ -7,10 +7,17 @@ from dataclasses import dataclass
 from aigc.config._checks import RESOLUTIONS, _check_order, _check_range
 from aigc.jsonlines import check_limits
 
+DROPS = ("producer", "synthetic")
+
 
 @dataclass(frozen=True)
 class RawDropConfig:
-    """The synthetic raw drop (``aigc make-raw``): a realistic, dirty image–caption drop."""
+    """Which raw drop stage 1 prepares, and the synthetic one (``aigc make-raw``): a realistic, dirty drop."""
+
+    drop: str = "producer"
+    """``producer``: wait for a producer's drop under ``raw/<source>/dt=<date>/`` (or the raw URI) and only read it.
+    ``synthetic``: write a demo drop for the date under ``raw/_synthetic/<source>/`` first, and prepare that (the
+    demo and smoke presets). A synthetic drop never goes to a producer's root."""
 
     n: int = 20_000
     """Records in the drop, dirt included."""
@@ -26,6 +33,9 @@ class RawDropConfig:
     """JSONL records per file, as producers roll their files."""
 
     def __post_init__(self) -> None:
+        if self.drop not in DROPS:
+            raise ValueError(f"RawDropConfig.drop must be one of {DROPS}, got {self.drop!r} (set with the trigger "
+                             "form's 'drop' field, --drop on `aigc prepare`, or raw.drop in a preset)")
         _check_range(self, "n", 1, 50_000_000)  # an empty drop is nothing to prepare
         _check_range(self, "dirt_rate", 0.0, 1.0)
         _check_range(self, "records_per_file", 1, 10_000_000)

@@ -45,11 +45,14 @@ class FormField:
 
 
 FORM: tuple[FormField, ...] = (
-    FormField("synthetic_drop", "Generate a synthetic raw drop", "prepare", "boolean", section=DATA, default=True,
-              description="On: write a demo drop for this date first. Off: wait for a producer's drop "
-                          "(its _SUCCESS marker) under the raw URI."),
+    FormField("drop", "Raw drop", "prepare", "string", ("raw", "drop"), DATA, enum=("producer", "synthetic"),
+              description="producer: wait for a producer's drop (its _SUCCESS marker) under the raw URI and only "
+                          "read it. synthetic: write a demo drop for this date under <lake>/raw/_synthetic/ "
+                          "first, and prepare that.",
+              empty="(the preset's: synthetic in demo and smoke, else the producer's)"),
     FormField("raw_uri", "Raw drop root URI", "prepare", "string", section=DATA,
-              description="Where drops land, e.g. s3://bucket/raw/shapes. Empty: <lake>/raw/shapes."),
+              description="Where producers' drops land, e.g. s3://bucket/raw/shapes. Empty: <lake>/raw/<source>. "
+                          "Read only; not used for a synthetic drop."),
     FormField("n_records", "Synthetic records", "prepare", "integer", ("raw", "n"), DATA, minimum=1,
               maximum=5_000_000, description="Records in the synthetic drop (empty: the preset's)."),
     FormField("resolution", "Image resolution", "prepare", "integer", ("raw", "resolution"), DATA,

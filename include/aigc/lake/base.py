@@ -50,6 +50,11 @@ class Lake(ABC):
         """Yield keys (relative to the root) under ``prefix``; only its direct objects if not recursive."""
 
     @abstractmethod
+    def _list_versions(self, prefix: str) -> Iterator[tuple[str, int, str]]:
+        """Yield (key, size, version) under ``prefix``: the version changes whenever the object's bytes do (S3's
+        ETag; a local file's modification time)."""
+
+    @abstractmethod
     def _delete(self, key: str) -> None: ...
 
     @abstractmethod
@@ -104,6 +109,14 @@ class Lake(ABC):
         if prefix and not prefix.endswith("/"):
             prefix += "/"
         return sorted(self._list(prefix, recursive))
+
+    def list_versions(self, prefix: str = "") -> list[tuple[str, int, str]]:
+        """Every object under ``prefix`` as (key, size, version), sorted by key: what a snapshot of a folder records
+        to tell later whether any object in it was replaced, added or removed."""
+        prefix = validate_key(prefix, allow_empty=True)
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        return sorted(self._list_versions(prefix))
 
     def delete(self, key: str) -> None:
         self._delete(validate_key(key))

@@ -138,10 +138,20 @@ class LocalLake(Lake):
             raise ObjectNotFound(f"{self.url(key)} does not exist") from None
 
     def _list(self, prefix: str, recursive: bool = True) -> Iterator[str]:
+        start = len(self._root_str) + 1
+        return (entry.path[start:] for entry in self._entries(prefix, recursive))
+
+    def _list_versions(self, prefix: str) -> Iterator[tuple[str, int, str]]:
+        start = len(self._root_str) + 1
+        for entry in self._entries(prefix, recursive=True):
+            st = entry.stat(follow_symlinks=False)
+            yield entry.path[start:], st.st_size, f"mtime_ns:{st.st_mtime_ns}"
+
+    def _entries(self, prefix: str, recursive: bool) -> Iterator[os.DirEntry]:
+        """The files under ``prefix`` (no links, no half-written files)."""
         base = self._path(prefix.rstrip("/")) if prefix else self.root
         if not base.is_dir():
             return
-        start = len(self._root_str) + 1
         folders = [str(base)]
         while folders:
             with os.scandir(folders.pop()) as entries:
@@ -153,7 +163,7 @@ class LocalLake(Lake):
                         if recursive:
                             folders.append(entry.path)
                     elif entry.is_file() and not entry.name.startswith(_TMP_PREFIX):
-                        yield entry.path[start:]
+                        yield entry
 
     def _delete(self, key: str) -> None:
         path = self._path(key)

@@ -262,13 +262,19 @@ class S3Lake(Lake):
         return head["ContentLength"]
 
     def _list(self, prefix: str, recursive: bool = True) -> Iterator[str]:
+        return (key for key, _size, _etag in self._listing(prefix, recursive))
+
+    def _list_versions(self, prefix: str) -> Iterator[tuple[str, int, str]]:
+        return self._listing(prefix, recursive=True)
+
+    def _listing(self, prefix: str, recursive: bool) -> Iterator[tuple[str, int, str]]:
         strip = len(self.prefix) + 1 if self.prefix else 0
         paginator = self.client.get_paginator("list_objects_v2")
         extra = {} if recursive else {"Delimiter": "/"}
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix), **extra):
                 for obj in page.get("Contents", []):
-                    yield obj["Key"][strip:]
+                    yield obj["Key"][strip:], obj["Size"], obj["ETag"]
         except (ClientError, *_UNREACHABLE) as e:
             raise _failed(self, e, prefix) from e
 

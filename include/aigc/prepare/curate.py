@@ -51,6 +51,11 @@ def origin_of(line, record: dict | None, rules: RecordRules) -> Origin:
     return Origin(line.file, line.line_no, line.data, _text(record.get("id")) if record else None, _text(key))
 
 
+def curated_run(dataset: str, date: str | dt.date, run_id: str) -> str:
+    """A preparation run's staging folder: its shards, manifests and the snapshot of its drop."""
+    return run_prefix(partition("curated", dataset, date), run_id)
+
+
 def quarantine_row(origin: Origin, why: Rejected, attachment: bytes | None) -> dict:
     return {"id": origin.record_id, "reason": why.reason, "detail": why.detail, "raw_file": origin.file,
             "raw_line": origin.line_no, "raw": bytes(origin.raw),  # a LongLine's head, not the line
@@ -63,7 +68,7 @@ class Curator:
 
     def __init__(self, lake: Lake, date: dt.date, run_id: str, cfg: PrepareConfig, rules: RecordRules) -> None:
         self.lake, self.date, self.run_id, self.cfg, self.rules = lake, date, run_id, cfg, rules
-        self.curated_run = run_prefix(partition("curated", cfg.dataset, date), run_id)
+        self.curated_run = curated_run(cfg.dataset, date, run_id)
         self.quarantine_run = run_prefix(partition("quarantine", cfg.dataset, date), run_id)
         sizes = {"target_bytes": cfg.shard_target_bytes, "row_group_rows": cfg.row_group_rows,
                  "row_group_bytes": cfg.row_group_bytes}
@@ -119,8 +124,8 @@ class Curator:
             values = columns[column]
             self._stats[column] = [min(lo, min(values)), max(hi, max(values)), total + sum(values)]
 
-    def finish(self, n_input: int, raw_uri: str, seconds: float, workload: str,
-               fanout: dict | None = None) -> dict:
+    def finish(self, n_input: int, raw_uri: str, seconds: float, workload: str, fanout: dict | None = None,
+               drop: dict | None = None, redelivered: dict | None = None) -> dict:
         """Deduplicate what is pending, close the shards, reconcile, write the manifests; the run's summary."""
         if self._keys_pending:
             self._deduplicate(len(self._keys_pending))
@@ -146,6 +151,7 @@ class Curator:
             "stats": {c: {"min": lo if n else None, "max": hi if n else None, "mean": total / n if n else None}
                       for c, (lo, hi, total) in self._stats.items()},
             "config": dataclasses.asdict(cfg), "seconds": round(seconds, 3), "fanout": fanout,
+            "drop": drop, "redelivered": redelivered,
         }
         lake.put_json(join(self.curated_run, MANIFEST), manifest)
         lake.put_json(join(self.quarantine_run, MANIFEST),
@@ -158,6 +164,7 @@ class Curator:
             "rows_per_s": round(n_input / seconds, 1) if seconds else None,
             "dedup": self.dedup.stats() if hasattr(self.dedup, "stats") else None,
             "deduplicated_against": self.earlier, **({"fanout": fanout} if fanout else {}),
+            **({"redelivered": redelivered} if redelivered else {}),
         }
 
 

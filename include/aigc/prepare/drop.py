@@ -7,21 +7,40 @@
     <raw root>/dt=YYYY-MM-DD/_SUCCESS           written last: the drop is complete
 
 A drop is read only once its ``_SUCCESS`` marker exists, so a half-uploaded drop is never
-prepared.
+prepared. A producer's root is read-only to the pipeline: a synthetic (demo) drop has a root of its own,
+``<lake>/raw/_synthetic/<source>`` (no producer's source name starts with ``_``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from aigc.lake import Lake, ObjectNotFound
-from aigc.lake.keys import join, parse_date
+from aigc.lake import Lake, ObjectNotFound, open_lake
+from aigc.lake.keys import join, parse_date, validate_name
 from aigc.lines import DEFAULT_MAX_LINE_BYTES, LongLine, line_size
 
 SUCCESS = "_SUCCESS"
 RECORD_FIELDS = ("id", "caption", "image", "source", "created_at")
+SYNTHETIC = "_synthetic"
+
+
+def raw_root(lake: Lake, drop: str, source: str, raw_uri: str | None = None,
+             open_uri: Callable[[str], Lake] | None = None) -> Lake:
+    """The root stage 1 reads ``source``'s drops from: a producer's (``raw_uri``, opened with ``open_uri``, else
+    ``<lake>/raw/<source>``), or for ``drop="synthetic"`` the synthetic drops' own root. ValueError for a
+    synthetic drop aimed at a raw URI: a demo drop is never written where a producer's drops are."""
+    source = validate_name("source", source)
+    if drop == "synthetic":
+        if raw_uri:
+            raise ValueError(f"a synthetic drop is written under {lake.url(join('raw', SYNTHETIC, source))}, never "
+                             f"at a producer's raw URI ({raw_uri}): leave the raw URI empty, or set drop to "
+                             "'producer' to prepare what was dropped there")
+        return lake.sub(join("raw", SYNTHETIC, source))
+    if raw_uri:
+        return (open_uri or open_lake)(raw_uri)
+    return lake.sub(join("raw", source))
 
 
 class DropNotFound(FileNotFoundError):
@@ -43,8 +62,9 @@ def record_files(raw: Lake, date: str | dt.date) -> list[str]:
         present = raw.list(prefix)
         what = f"{len(present)} objects but no {SUCCESS} marker" if present else "nothing"
         raise DropNotFound(
-            f"no complete raw drop at {raw.url(prefix)}: found {what}. Producers write {SUCCESS} last; "
-            f"generate a demo drop with `aigc make-raw --out {raw.uri} --date {parse_date(date)}`"
+            f"no complete raw drop at {raw.url(prefix)}: found {what}. Producers write {SUCCESS} last; for a "
+            f"synthetic demo drop instead, `aigc make-raw --date {parse_date(date)}` writes one under "
+            f"raw/{SYNTHETIC}/ and `aigc prepare --drop synthetic` prepares it"
         )
     return [k for k in raw.list(prefix, recursive=False) if k.endswith(".jsonl")]
 

@@ -31,7 +31,8 @@ from aigc.config import PrepareConfig
 from aigc.lake import Lake, ObjectNotFound
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id
-from aigc.prepare.curate import Curator, Origin, origin_of, quarantine_row, raw_uri
+from aigc.prepare import delivery
+from aigc.prepare.curate import Curator, Origin, curated_run, origin_of, quarantine_row, raw_uri
 from aigc.prepare.drop import Segment, announced_records, drop_prefix, iter_segments, record_files, split_drop
 from aigc.prepare.history import keys_schema
 from aigc.prepare.records import Rejected
@@ -55,15 +56,20 @@ def parts_prefix(dataset: str, date: str | dt.date, run_id: str) -> str:
     return run_prefix(partition("parts", dataset, date), run_id)
 
 
-def plan_prepare(raw: Lake, date: str | dt.date, cfg: PrepareConfig, run_id: str | None = None) -> dict:
+def plan_prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_id: str | None = None) -> dict:
     """Cut the complete drop of ``date`` into ``cfg.parts`` parts of about equal bytes (DropNotFound if it is not
-    complete). Deterministic: a retried plan is the same plan."""
+    complete), after a snapshot of the drop (written into the run's curated folder: the parts and the merge check
+    the drop against it). Deterministic: a retried plan of an unchanged drop is the same plan."""
     date = parse_date(date)
+    run_id = run_id or new_run_id()
     files = record_files(raw, date)
+    snap = delivery.snapshot(raw, date, files)
+    delivery.write(lake, curated_run(cfg.dataset, date, run_id), snap)
     split = split_drop(raw, files, cfg.parts)
     announced = announced_records(raw, date)
-    return {"stage": "prepare_plan", "date": date.isoformat(), "run_id": run_id or new_run_id(),
+    return {"stage": "prepare_plan", "date": date.isoformat(), "run_id": run_id,
             "dataset": cfg.dataset, "raw": raw_uri(raw, date), "files": len(files), "announced": announced,
+            "drop": delivery.summary(snap), "redelivered": delivery.redelivery(lake, cfg.dataset, date, snap),
             "parts": [{"index": i, "segments": [[s.file, s.start, s.end] for s in segments]}
                       for i, segments in enumerate(split)]}
 
@@ -76,6 +82,8 @@ def prepare_part(raw: Lake, lake: Lake, plan: dict, part: dict, cfg: PrepareConf
         return lake.get_json(join(prefix, PART_DONE))
     except ObjectNotFound:
         lake.delete_prefix(prefix)
+    delivery.check_unchanged(raw, lake, plan["date"], curated_run(plan["dataset"], plan["date"], plan["run_id"]),
+                             plan["drop"]["digest"], "since the run was planned")
     started = time.perf_counter()
     sizes = {"target_bytes": cfg.shard_target_bytes, "row_group_rows": cfg.row_group_rows,
              "row_group_bytes": cfg.row_group_bytes}
@@ -111,10 +119,11 @@ def prepare_part(raw: Lake, lake: Lake, plan: dict, part: dict, cfg: PrepareConf
     return done
 
 
-def merge_parts(lake: Lake, plan: dict, cfg: PrepareConfig, rules: RecordRules,
+def merge_parts(raw: Lake, lake: Lake, plan: dict, cfg: PrepareConfig, rules: RecordRules,
                 workload: str = "image") -> dict:
     """Deduplicate and write the plan's parts in drop order (``PartMissing`` if one has not finished); the same
-    summary as ``prepare``'s, with the parts' figures under ``fanout``."""
+    summary as ``prepare``'s, with the parts' figures under ``fanout``. ``DropChanged`` if the drop is no longer
+    the one the plan saw."""
     started = time.perf_counter()
     date = parse_date(plan["date"])
     done = []
@@ -132,7 +141,10 @@ def merge_parts(lake: Lake, plan: dict, cfg: PrepareConfig, rules: RecordRules,
     fanout = {"parts": len(done), "part_seconds": [d["seconds"] for d in done],
               "merge_seconds": round(time.perf_counter() - started, 3)}
     seconds = max(fanout["part_seconds"], default=0) + fanout["merge_seconds"]  # the critical path
-    return curator.finish(total, plan["raw"], seconds, workload, fanout=fanout)
+    delivery.check_unchanged(raw, lake, date, curator.curated_run, plan["drop"]["digest"],
+                             "while it was being prepared")
+    return curator.finish(total, plan["raw"], seconds, workload, fanout=fanout, drop=plan["drop"],
+                          redelivered=plan.get("redelivered"))
 
 
 def _part_prefix(plan: dict, part: dict) -> str:

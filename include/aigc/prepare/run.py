@@ -22,6 +22,7 @@ from aigc.config import PrepareConfig
 from aigc.lake import Lake
 from aigc.lake.keys import parse_date, partition
 from aigc.lake.publish import new_run_id, publish
+from aigc.prepare import delivery
 from aigc.prepare.curate import MANIFEST, Curator, ReconciliationError, origin_of, raw_uri
 from aigc.prepare.drop import RawLine, announced_records, drop_prefix, iter_lines, record_files
 from aigc.prepare.records import Examined, Rejected
@@ -42,15 +43,21 @@ def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_
     rules = rules or load_workload("image").records(None)
     date = parse_date(date)
     started = time.perf_counter()
-    lines = iter_lines(raw, record_files(raw, date), cfg.max_line_bytes)  # DropNotFound before anything is written
+    files = record_files(raw, date)  # DropNotFound before anything is written
+    snap = delivery.snapshot(raw, date, files)
+    redelivered = delivery.redelivery(lake, cfg.dataset, date, snap)
     expected = announced_records(raw, date)
     curator = Curator(lake, date, run_id or new_run_id(), cfg, rules)
+    delivery.write(lake, curator.curated_run, snap)
     n_input = 0
     with examining(raw.sub(drop_prefix(date)), cfg, rules) as examine:
+        lines = iter_lines(raw, files, cfg.max_line_bytes)
         for lines_, examined in examine(progress(lines, desc=f"prepare {date}", total=expected, unit="rec")):
             n_input += len(lines_)
             feed(curator, rules, lines_, examined)
-    return curator.finish(n_input, raw_uri(raw, date), time.perf_counter() - started, workload)
+    delivery.check_unchanged(raw, lake, date, curator.curated_run, snap["digest"], "while it was being prepared")
+    return curator.finish(n_input, raw_uri(raw, date), time.perf_counter() - started, workload,
+                          drop=delivery.summary(snap), redelivered=redelivered)
 
 
 def feed(curator: Curator, rules: RecordRules, lines: list[RawLine], examined: Examined) -> None:

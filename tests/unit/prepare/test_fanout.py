@@ -28,10 +28,10 @@ def drop(lake):
 
 def fanned_out(raw, lake, parts: int, run_id: str) -> dict:
     cfg = dataclasses.replace(CFG, parts=parts)
-    plan = plan_prepare(raw, DATE, cfg, run_id)
+    plan = plan_prepare(raw, lake, DATE, cfg, run_id)
     for part in reversed(plan["parts"]):  # mapped tasks finish in any order
         prepare_part(raw, lake, plan, part, cfg, RULES)
-    return merge_parts(lake, plan, cfg, RULES)
+    return merge_parts(raw, lake, plan, cfg, RULES)
 
 
 def written(lake, summary: dict) -> dict:
@@ -92,16 +92,16 @@ def test_lines_over_the_bound_are_cut_where_they_are_and_every_part_counts_them_
 
 def test_a_finished_part_is_not_redone_and_a_half_written_one_starts_again(lake, drop):
     cfg = dataclasses.replace(CFG, parts=2)
-    plan = plan_prepare(drop, DATE, cfg, "20261128T000000-retry")
+    plan = plan_prepare(drop, lake, DATE, cfg, "20261128T000000-retry")
     first = prepare_part(drop, lake, plan, plan["parts"][0], cfg, RULES)
     assert prepare_part(drop, lake, plan, plan["parts"][0], cfg, RULES) == first  # read back, not redone
     part_1 = join(parts_prefix(cfg.dataset, DATE, plan["run_id"]), "part-00001")
     lake.put_bytes(join(part_1, "candidates", "part-00007.parquet"), b"left by a killed try")
     with pytest.raises(PartMissing, match=r"part 1 of run 20261128T000000-retry has not finished.*prepare_part"):
-        merge_parts(lake, plan, cfg, RULES)
+        merge_parts(drop, lake, plan, cfg, RULES)
     prepare_part(drop, lake, plan, plan["parts"][1], cfg, RULES)
     assert not lake.exists(join(part_1, "candidates", "part-00007.parquet")) and lake.exists(join(part_1, PART_DONE))
-    summary = merge_parts(lake, plan, cfg, RULES)
+    summary = merge_parts(drop, lake, plan, cfg, RULES)
     assert summary["curated"] + summary["quarantined"] == RAW.n
     publish_prepared(lake, cfg.dataset, DATE, plan["run_id"])
     assert lake.list(partition("parts", cfg.dataset, DATE)) == []  # the parts go once the run is published
