@@ -94,13 +94,24 @@ class Catalog:
 
     # -- one stage of one date -------------------------------------------------------------
     def pointer(self, stage_name: str, date: str | dt.date) -> dict | None:
-        """Which run of a stage's partition is published (and when); None if none is."""
+        """Which run of a stage's partition is published (and when); None if none is. For generations: the date's
+        content (``purpose``: content), else the generation run its published evaluation scored (evaluation set)."""
         try:
             pointer = resolve(self.lake, self.partition(stage_name, date))
         except NotPublished:
-            return None
+            return self._evaluation_set_pointer(date) if stage_name == "generations" else None
         return {"run_id": pointer["run_id"], "run_prefix": pointer["run_prefix"],
-                "published_at": pointer.get("published_at")}
+                "published_at": pointer.get("published_at"),
+                **({"purpose": "content"} if stage_name == "generations" else {})}
+
+    def _evaluation_set_pointer(self, date: str | dt.date) -> dict | None:
+        try:
+            pointer = resolve(self.lake, self.partition("evaluations", date))
+        except NotPublished:
+            return None
+        prefix = pointer.get("generations")
+        return prefix and {"run_id": prefix.rsplit("run=", 1)[-1], "run_prefix": prefix,
+                           "published_at": pointer.get("published_at"), "purpose": "evaluation set"}
 
     def published(self, stage_name: str, date: str | dt.date) -> dict | None:
         """The published run with the stage's summary object of it (manifest, training summary, metrics)."""

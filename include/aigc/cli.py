@@ -169,6 +169,8 @@ def cmd_registry(args: argparse.Namespace) -> dict:
 
     cfg = _config(args)
     registry = Registry(open_lake(args.lake), cfg.model.name)
+    if args.action == "lineage":
+        return _lineage(registry, args.version or "production")
     if args.action == "promote":
         if not args.version:
             raise ValueError("aigc registry promote needs --version vNNNN (or an alias such as candidate)")
@@ -188,6 +190,21 @@ def cmd_registry(args: argparse.Namespace) -> dict:
                  ",".join(v["variants"]) or "-")
     return {"command": f"registry {args.action}", "model": cfg.model.name, "aliases": doc["aliases"],
             "history": doc["history"][-10:], "versions": versions}
+
+
+def _lineage(registry, ref: str) -> dict:
+    """``aigc registry lineage``: the version's chain, a line per link; exit 1 naming the links that are missing."""
+    from aigc.registry.lineage import lineage
+
+    chain = lineage(registry.lake, registry.name, ref)
+    for link in chain["links"]:
+        state = "ok" if link["present"] and link.get("verified") is not False else "MISSING"
+        log.info("%-7s %-30s %s%s", state, link["link"], link["uri"],
+                 f" (kept by {', '.join(link['kept_by'])})" if link.get("kept_by") else "")
+    if not chain["complete"]:
+        raise LookupError(f"{registry.name} {chain['version']}'s lineage is broken: {', '.join(chain['missing'])} "
+                          "missing (each link above names what it expected)")
+    return {"command": "registry lineage", **chain}
 
 
 def cmd_status(args: argparse.Namespace) -> dict:
@@ -265,15 +282,18 @@ def _evaluation_status(catalog, date: str) -> dict | None:
 
 
 def _generation_status(catalog, date: str) -> dict | None:
+    """The date's published content (production's answers to a prompt file), else the generations its published
+    evaluation scored (a candidate's evaluation set)."""
     run = catalog.published("generations", date)
     if run is None:
         return None
+    purpose = run["purpose"]
     m = run["summary"]
     gallery = catalog.lake.url(join(run["run_prefix"], "gallery.png"))
-    log.info("generations: %d prompts → %d images (%d from cache), %d refused, %s %s; gallery %s",
+    log.info("generations (%s): %d prompts → %d images (%d from cache), %d refused, %s %s; gallery %s", purpose,
              m["rows"], m["generated"], m["cached"], m["refused"], m["version"], m["variant"], gallery)
     return {k: m[k] for k in ("run_id", "version", "variant", "rows", "generated", "refused", "cached")} | {
-        "gallery_uri": gallery}
+        "gallery_uri": gallery, "purpose": purpose}
 
 
 def _registry_status(lake, model: str) -> dict:
@@ -429,9 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("registry", help="list, promote or roll back model versions",
                        description="list, promote or roll back model versions")
     p.set_defaults(fn=cmd_registry, preset="default", date=None)
-    p.add_argument("action", choices=["list", "promote", "rollback"])
+    p.add_argument("action", choices=["list", "promote", "rollback", "lineage"])
     p.add_argument("--lake", default=None, help="lake URI (default $AIGC_LAKE_URI, else ./.lake)")
-    p.add_argument("--version", default=None, help="promote: the version (or alias) to make production")
+    p.add_argument("--version", default=None, help="promote: the version (or alias) to make production; lineage: "
+                                                  "the version (or alias) whose chain to show (default production)")
     p.add_argument("--reason", default=None, help="recorded in the alias history")
     _add_workload_flag(p)
     _add_config_flags(p, "model", ModelConfig, only=("name",))

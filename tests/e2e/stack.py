@@ -26,11 +26,15 @@ STAGES = (("curated", "shapes"), ("training", "shapes-cvae"), ("generations", "s
 
 
 def published_runs(lake, date: str) -> dict[str, str]:
-    """stage → the run id its partition for ``date`` points at (NotPublished if one has none)."""
+    """stage → the run id its partition for ``date`` points at (NotPublished if one has none); for generations, a
+    candidate's evaluation set, which its published evaluation names (the generations pointer is content's)."""
     from aigc.lake.keys import partition
     from aigc.lake.publish import resolve
 
-    return {stage: resolve(lake, partition(stage, dataset, date))["run_id"] for stage, dataset in STAGES}
+    runs = {stage: resolve(lake, partition(stage, dataset, date))["run_id"] for stage, dataset in STAGES
+            if stage != "generations"}
+    evaluation = resolve(lake, partition("evaluations", "shapes-cvae", date))
+    return {**runs, "generations": evaluation["generations"].rsplit("run=", 1)[1]}
 
 
 def run_date(run: dict) -> str:

@@ -98,10 +98,11 @@ def test_a_form_run_of_aigc_generate_waits_for_the_api_run_of_its_date_then_publ
         assert api_tis["release_partition"]["start_date"] <= form_tis["claim_partition"]["end_date"]
         assert form_tis["publish_generations"]["state"] == "success"
         assert form_tis["hand_off_for_evaluation"]["state"] == "skipped"  # production: nothing to evaluate
-        # The form's run replaced the API run's generations whole; the API run's (24 prompts) is the previous.
+        # The form's run is the date's content; the API run's generations (24 prompts, a candidate's) are its
+        # evaluation set, published with its evaluation: neither replaced the other.
         generations = resolve(lake, partition("generations", MODEL, day))
-        replaced = generations["run_prefix"].replace(generations["run_id"], generations["previous_run_id"])
-        assert lake.get_json(f"{replaced}/_MANIFEST.json")["generated"] == 24
+        evaluated_set = resolve(lake, partition("evaluations", MODEL, day))["generations"]
+        assert lake.get_json(f"{evaluated_set}/_MANIFEST.json")["generated"] == 24
         manifest = lake.get_json(f"{generations['run_prefix']}/_MANIFEST.json")
         assert (manifest["generated"], manifest["model_ref"]) == (16, "production")
         assert manifest["version"] in productions(lake)  # (the nightly chain may have promoted another since)
@@ -231,7 +232,7 @@ def test_the_nightly_chain_runs_every_stage_from_the_scheduled_prepare_run_with_
         worked = {t["task_id"]: t["state"] for t in local_stack.task_instances(runs[dag_id]["dag_run_id"], dag_id)}
         assert worked["wanted"] == "success" and worked["release_partition"] == "success", (dag_id, worked)
     lake = open_lake(local_stack.lake_uri)
-    published = published_runs(lake, yesterday)  # curated, training, generations, evaluations: each a pointer
+    published = published_runs(lake, yesterday)  # curated, training, evaluations (with its generations): pointers
     evaluated = lake.get_json(f"generations/{MODEL}/dt={yesterday}/run={published['generations']}/_MANIFEST.json")
     registry = Registry(lake, MODEL)
     record = registry.get(evaluated["version"])  # the chain's model: trained, deployed and evaluated for the day

@@ -84,8 +84,12 @@ def assert_model_published(lake, date, prompts):
     assert record["training_run"].endswith(pointer["run_prefix"])
     assert set(record["variants"]) == {"fp32", "int8"}
     assert record["smoke_test"]["passed"] and "fp32" in record["smoke_test"]["eligible_variants"]
-    # Stage 4: two mapped shards, every one of the producer's prompts answered once, the blocked ones refused.
-    generated = resolve(lake, partition("generations", "shapes-cvae", date))
+    # Stage 4: two mapped shards, every one of the producer's prompts answered once, the blocked ones refused. The
+    # candidate's generations are its evaluation set: published with its evaluation, not as content for users.
+    with pytest.raises(NotPublished):
+        resolve(lake, partition("generations", "shapes-cvae", date))
+    evaluation = resolve(lake, partition("evaluations", "shapes-cvae", date))
+    generated = {"run_prefix": evaluation["generations"], "run_id": evaluation["generations"].rsplit("run=", 1)[1]}
     manifest = lake.get_json(f"{generated['run_prefix']}/_MANIFEST.json")
     blocked = sum(1 for p in prompts if "gore" in p["prompt"])
     assert len(manifest["shards"]) == 2 and manifest["rows"] == manifest["prompts"] == len(prompts)
@@ -96,7 +100,6 @@ def assert_model_published(lake, date, prompts):
     assert lake.get_json(f"quality/generate/dt={date}/run={generated['run_id']}/result.json")["success"]
     assert lake.get_bytes(f"{generated['run_prefix']}/gallery.png").startswith(b"\x89PNG")
     # Stage 5: evaluated, gate 5 passed (lowered bars, see CONF), promoted, report published.
-    evaluation = resolve(lake, partition("evaluations", "shapes-cvae", date))
     assert "Pareto" in lake.get_bytes(f"{evaluation['run_prefix']}/report.html").decode()
     assert Registry(lake, "shapes-cvae").aliases()["aliases"]["production"] == record["version"]
 

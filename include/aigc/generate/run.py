@@ -208,6 +208,9 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
 
 
 def publish_generations(lake: Lake, model: str, date: str | dt.date, run_id: str) -> dict:
-    pointer = publish(lake, partition("generations", model, date), run_id, manifest=MANIFEST)
+    """Publish content made for users (production's answers to a prompt file): the date's pointer names the newest,
+    and no publication collects an earlier one (``keep_superseded``): content is kept until its owner deletes it.
+    A candidate's generations never come here: its evaluation publishes them as its evaluation set."""
+    pointer = publish(lake, partition("generations", model, date), run_id, keep_superseded=True, manifest=MANIFEST)
     return {"stage": "publish-generations", "run_uri": lake.url(pointer["run_prefix"]),
             "replaced_run_id": pointer["previous_run_id"]}

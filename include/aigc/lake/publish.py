@@ -8,13 +8,17 @@ both win against the same old state.
 Garbage collection after a publish deletes the publication two generations back (the
 previous one stays for readers that resolved it a moment ago) and unpublished runs older
 than ``STALE_AFTER`` (failed attempts). Younger unpublished runs may still be in flight and
-are left alone. So re-running a date replaces its partition and appends nothing.
+are left alone. So re-running a date replaces its partition and appends nothing. A run that
+something still names (``aigc.lake.refs``: a registered version's training data, an evaluation's
+generation run) is never collected; a partition published with ``keep_superseded`` (content made
+for users) keeps every run it ever published.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import secrets
 from collections.abc import Sequence
 
@@ -22,6 +26,7 @@ from aigc.lake.base import Lake, ObjectNotFound
 from aigc.lake.cas import update_json
 from aigc.lake.keys import join, run_prefix, validate_run_id
 
+log = logging.getLogger(__name__)
 POINTER = "_PUBLISHED.json"
 STALE_AFTER = dt.timedelta(hours=24)
 _RUN_TIME = "%Y%m%dT%H%M%S%fZ"
@@ -56,8 +61,10 @@ def resolve(lake: Lake, partition: str) -> dict:
         raise NotPublished(f"nothing is published at {lake.url(partition)} (no {POINTER})") from None
 
 
-def publish(lake: Lake, partition: str, run_id: str, companions: Sequence[str] = (), **fields) -> dict:
-    """Point ``partition`` at ``run_id`` atomically and garbage-collect superseded runs.
+def publish(lake: Lake, partition: str, run_id: str, companions: Sequence[str] = (), *,
+            keep_superseded: bool = False, **fields) -> dict:
+    """Point ``partition`` at ``run_id`` atomically and garbage-collect superseded runs (none with
+    ``keep_superseded``: every run it published stays, only failed attempts go).
 
     ``companions``: other partitions whose ``run=<run_id>`` folders belong to the same publication (a
     run's quarantine beside its curated data). They get no pointer of their own: this one names them
@@ -71,6 +78,8 @@ def publish(lake: Lake, partition: str, run_id: str, companions: Sequence[str] =
                                  "or missing")
     if companions:
         fields["companions"] = {part: run_prefix(part, run_id) for part in companions}
+    if keep_superseded:
+        lake.put_json(join(run_key, PUBLISHED_RUN), {"partition": partition, "run_id": run_id})
     pointer_key = join(partition, POINTER)
     seen: dict = {}
 
@@ -84,17 +93,38 @@ def publish(lake: Lake, partition: str, run_id: str, companions: Sequence[str] =
 
     pointer = update_json(lake, pointer_key, point, what="publication")
     previous = seen["previous"]
-    superseded = previous.get("previous_run_id") if previous else None
+    superseded = None if keep_superseded or not previous else previous.get("previous_run_id")
     for part in (partition, *companions):
-        _collect_garbage(lake, part, keep={run_id, pointer["previous_run_id"]}, superseded=superseded)
+        _collect_garbage(lake, part, keep={run_id, pointer["previous_run_id"]}, superseded=superseded,
+                         published=_ever_published(lake, part) if keep_superseded else set())
     return pointer
 
 
-def _collect_garbage(lake: Lake, partition: str, keep: set, superseded: str | None) -> None:
+def _ever_published(lake: Lake, partition: str) -> set[str]:
+    """Every run a kept partition has published: their folders hold ``_PUBLISHED_RUN.json``."""
+    return {k[len(partition) + 1:].split("/", 1)[0].removeprefix("run=")
+            for k in lake.list(partition) if k.endswith("/" + PUBLISHED_RUN)}
+
+
+PUBLISHED_RUN = "_PUBLISHED_RUN.json"
+"""Left in a run folder of a ``keep_superseded`` partition once it is published: it is content, never a stale
+attempt, whatever its age."""
+
+
+def _collect_garbage(lake: Lake, partition: str, keep: set, superseded: str | None, published: set[str]) -> None:
+    from aigc.lake import refs
+
     stale_before = dt.datetime.now(dt.UTC) - STALE_AFTER
     folders = {k[len(partition) + 1 :].split("/", 1)[0] for k in lake.list(partition) if "/run=" in k}
     for folder in folders:
         run_id = folder.removeprefix("run=")
         started = run_started(run_id)
-        if run_id not in keep and (run_id == superseded or (started is not None and started < stale_before)):
-            lake.delete_prefix(join(partition, folder))
+        if run_id in keep or run_id in published:
+            continue
+        if run_id == superseded or (started is not None and started < stale_before):
+            run = join(partition, folder)
+            if named_by := refs.holders(lake, run):
+                log.info("kept %s: %s names it", lake.url(run), ", ".join(named_by))
+                continue
+            refs.release_held_by(lake, run)
+            lake.delete_prefix(run)

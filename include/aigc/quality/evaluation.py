@@ -5,7 +5,7 @@ of its threshold (``aigc.evaluate.stats``), so a model whose true figure meets t
 failed by chance with probability ≤ (1 − confidence) / 2 per check. A failure says, in plain
 words, what was measured, against which threshold, what it means and which field changes it.
 
-On pass, ``promote_and_publish`` publishes the day's generations and evaluation and moves
+On pass, ``promote_and_publish`` publishes the day's evaluation with the generations it scored, then moves
 ``production`` to the evaluated version (recording the recommended variant and batch policy)
 unless it is significantly worse than production (``promotion``: champion and challenger). On
 fail nothing moves: the reasons are in the exception, in ``quality/evaluation/…`` and at the
@@ -175,27 +175,42 @@ def validate_evaluation(lake: Lake, evaluated: dict, thresholds: EvaluationGateT
 
 
 def promote_and_publish(lake: Lake, evaluated: dict, cfg: PipelineConfig) -> dict:
-    """After gate 5: the day's generations and evaluation published; production → this version unless
-    it is significantly worse than production (``promotion``)."""
-    registry = Registry(lake, evaluated["model"])
+    """After gate 5, publication first and promotion last, as one step:
+
+    1. references that keep the evaluation and the generation run it scored (held by the evaluation run and by
+       the evaluated version: garbage collection never leaves the version's lineage pointing at nothing);
+    2. the version's record (the evaluation, the recommended variant, or why it was not promoted);
+    3. the evaluation's publication, which names its generation run: a candidate's generations are its
+       evaluation set, published with it, never content for users (the generations pointer is production's);
+    4. one compare-and-swap on the aliases that moves ``production`` (unless the version is significantly worse
+       than production: ``promotion``) and records the decision.
+
+    A failure at any step leaves the previous production in force; a retry redoes the steps, each idempotent."""
+    from aigc.generate.run import generation_prefix
+    from aigc.lake import refs
+
+    model, date, run_id = evaluated["model"], evaluated["date"], evaluated["run_id"]
+    registry = Registry(lake, model)
     version = evaluated["version"]
-    prefix = evaluation_prefix(evaluated["model"], evaluated["date"], evaluated["run_id"])
+    prefix = evaluation_prefix(model, date, run_id)
+    generation_run = generation_prefix(model, date, evaluated["generation_run"])
     metrics = lake.get_json(join(prefix, "metrics.json"))
     decision = metrics.get("promotion") or promotion(metrics, cfg.evaluate_gate)
-    if decision["promote"]:
-        registry.update_record(version, recommended=evaluated["recommended"])
-        aliases = registry.move("production", version, reason=(
-            f"gate 5 passed for {evaluated['date']}: alignment {evaluated['alignment']:.3f}, recommended "
-            f"{evaluated['recommended']['variant'] if evaluated['recommended'] else 'fp32'}; {decision['reason']}"))
-    else:
-        registry.update_record(version, not_promoted={"date": evaluated["date"], "reason": decision["reason"]})
-        aliases = registry.aliases()
-    generations = publish(lake, partition("generations", evaluated["model"], evaluated["date"]),
-                          evaluated["generation_run"], manifest="_MANIFEST.json")
-    evaluation = publish(lake, partition("evaluations", evaluated["model"], evaluated["date"]), evaluated["run_id"],
-                         report="report.html")
-    return {"stage": "publish", "date": evaluated["date"], "promoted": decision["promote"],
-            "promotion": decision["reason"], "production": aliases["aliases"]["production"],
+    refs.hold(lake, prefix, [generation_run], why=f"the generation run evaluation {run_id} scored")
+    refs.hold(lake, registry.version_prefix(version), [prefix, generation_run],
+              why=f"{version}'s evaluation for {date} and the generations it scored")
+    verdict = ({"recommended": evaluated["recommended"]} if decision["promote"]
+               else {"not_promoted": {"date": date, "reason": decision["reason"]}})
+    registry.update_record(version, evaluation={"date": date, "run": prefix, "generation_run": generation_run},
+                           **verdict)
+    evaluation = publish(lake, partition("evaluations", model, date), run_id, report="report.html",
+                         generations=generation_run)
+    reason = (f"gate 5 passed for {date}: alignment {evaluated['alignment']:.3f}, recommended "
+              f"{evaluated['recommended']['variant'] if evaluated['recommended'] else 'fp32'}; {decision['reason']}")
+    aliases = registry.decide(version, promote=decision["promote"], reason=reason if decision["promote"]
+                              else decision["reason"], evaluation=prefix, date=date)
+    return {"stage": "publish", "date": date, "promoted": decision["promote"],
+            "promotion": decision["reason"], "production": aliases["aliases"].get("production"),
             "previous": aliases["aliases"].get("previous"), "recommended": evaluated["recommended"],
-            "generations_uri": lake.url(generations["run_prefix"]),
+            "generations_uri": lake.url(generation_run),
             "report_uri": lake.url(join(evaluation["run_prefix"], "report.html"))}

@@ -69,10 +69,25 @@ def register_trained(lake: Lake, model: str, date: str | dt.date) -> dict:
             "variants": {},
         })
         log.info("%s: registered %s from %s", model, version, lake.url(run))
+    hold_lineage(lake, registry, record["version"], run, card["lineage"])
     aliases = registry.move("candidate", record["version"], reason=f"trained for {date}")
     return {"stage": "register", "model": model, "version": record["version"], "new": existing is None,
             "date": date.isoformat(), "aliases": aliases["aliases"],
             "version_uri": lake.url(registry.version_prefix(record["version"]))}
+
+
+def hold_lineage(lake: Lake, registry: Registry, version: str, training_run: str, lineage: dict) -> None:
+    """The version names its training run and the curated runs (with their quarantine) it was trained on: no
+    publication's garbage collection deletes them while the version exists (``aigc.lake.refs``)."""
+    from aigc.lake import refs
+    from aigc.lake.keys import run_prefix
+
+    curated = []
+    for part in lineage.get("curated", []):
+        for stage in ("curated", "quarantine"):
+            curated.append(run_prefix(partition(stage, lineage["dataset"], part["date"]), part["run_id"]))
+    refs.hold(lake, registry.version_prefix(version), [training_run, *curated],
+              why=f"{version}'s training run and training data")
 
 
 def smoke_prompts(n: int, seed: int) -> tuple[list[str], list[int]]:

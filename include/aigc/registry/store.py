@@ -151,6 +151,22 @@ class Registry:
 
         return self._update(change, reason or f"{alias} → {version}")
 
+    def decide(self, version: str, *, promote: bool, reason: str, evaluation: str, date: str) -> dict:
+        """Gate 5's decision on ``version``, in one compare-and-swap: ``production`` moves to it (if ``promote`` and
+        it is not production already) and the decision joins the aliases' ``decisions``, whether it moved or not.
+        The same decision again (a retry) changes nothing more."""
+        self.get(version)  # complete versions only
+
+        def change(aliases: dict) -> list[tuple[str, str | None, str]]:
+            if not promote or aliases.get("production") == version:
+                return []
+            moves = [("previous", aliases.get("previous"), aliases["production"])] if aliases.get("production") \
+                else []
+            return [*moves, ("production", aliases.get("production"), version)]
+
+        decided = {"version": version, "date": date, "evaluation": evaluation, "promoted": promote, "reason": reason}
+        return self._update(change, reason, decision=decided)
+
     def rollback(self, *, reason: str = "") -> dict:
         """``production`` back to ``previous``; ``previous`` to the production before that (if any)."""
         def change(aliases: dict) -> list[tuple[str, str | None, str | None]]:
@@ -169,11 +185,14 @@ class Registry:
                 return h["from"]
         return None
 
-    def _update(self, change, reason: str) -> dict:
+    def _update(self, change, reason: str, decision: dict | None = None) -> dict:
         key = join(self.prefix, ALIAS_FILE)
 
         def apply(doc: dict | None) -> dict:
             doc = doc or {"aliases": {}, "history": []}
+            decisions = list(doc.get("decisions", []))
+            if decision and any({k: d.get(k) for k in decision} == decision for d in decisions):
+                return doc  # this very decision is recorded: a retry after its reply was lost
             aliases = dict(doc["aliases"])
             moves = change(aliases)
             at = _now()
@@ -184,7 +203,10 @@ class Registry:
                     aliases[alias] = new
             history = doc["history"] + [{"alias": a, "from": o, "to": n, "at": at, "reason": reason}
                                         for a, o, n in moves]
-            return {"model": self.name, "aliases": aliases, "history": history, "updated_at": at}
+            if decision:
+                decisions.append({**decision, "at": at})
+            return {"model": self.name, "aliases": aliases, "history": history, "updated_at": at,
+                    **({"decisions": decisions} if decisions else {})}
 
         return update_json(self.lake, key, apply, what="alias move", parse=self._parse_url)
 
