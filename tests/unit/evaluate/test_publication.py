@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from aigc.config import PrepareConfig
 from aigc.cli import main
+from aigc.config import PrepareConfig
 from aigc.generate import run as gen_run
 from aigc.lake import refs
 from aigc.lake.keys import join, partition
