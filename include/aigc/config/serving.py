@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aigc.config._checks import _check_range
+from aigc.jsonlines import check_limits
 
 VARIANTS = ("fp32", "bf16", "pruned", "onnx", "int8")
 
@@ -123,6 +124,17 @@ class GenerateConfig:
     max_prompt_chars: int = 512
     gallery_images: int = 64
     """Images per gallery PNG (a grid)."""
+    max_prompt_file_bytes: int = 256 * 1024 * 1024
+    """A prompt file larger than this is refused before it is read (and if it grows past it while read)."""
+    max_prompts: int = 1_000_000
+    """…and one of more prompts (non-blank lines)."""
+    max_line_bytes: int = 64 * 1024
+    """A prompt file's line longer than this is refused as its prompt (``record_too_large``), the rest answered;
+    the reader skips it in bounded memory."""
+    max_json_depth: int = 16
+    """…a line nested deeper, or holding a longer integer (``malformed_json``), or more values…"""
+    max_json_int_digits: int = 20
+    max_json_values: int = 1000
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -132,6 +144,17 @@ class GenerateConfig:
         _check_range(self, "shards", 1, 4096)
         _check_range(self, "max_prompt_chars", 1, 100_000)
         _check_range(self, "gallery_images", 1, 4096)
+        _check_range(self, "max_prompt_file_bytes", 1, 1 << 40)
+        _check_range(self, "max_prompts", 1, 100_000_000)
+        check_limits(self)
+
+    @property
+    def json_limits(self):
+        """The bounds on one line of a prompt file (``aigc.jsonlines``)."""
+        from aigc.jsonlines import JsonLimits
+
+        return JsonLimits(self.max_line_bytes, self.max_json_depth, self.max_json_int_digits, self.max_json_values,
+                          section="generate")
 
 
 @dataclass(frozen=True)

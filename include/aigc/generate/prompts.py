@@ -8,28 +8,30 @@ another prompt count (or another seed) draws its own set instead of reusing an o
 
 One JSON object per line: ``{"prompt_id": "p-000001", "prompt": "a small red circle on the left",
 "seed": 17}``. ``prompt_id`` is unique within the file (the exactly-once ledger is keyed by it);
-``seed`` is optional (default: the line number plus GenerateConfig.seed).
+``seed`` is optional (default: the line number plus GenerateConfig.seed). A run reads the file once, within
+bounds, and pins it (``aigc.generate.pinned``); a line that is not a prompt is answered as refused.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import random
 from importlib import resources
 
 from aigc.config import GenerateConfig
+from aigc.generate.pinned import BadPrompts
 from aigc.lake import Lake
 from aigc.lake.base import ObjectNotFound
 from aigc.lake.keys import join, parse_date, partition
 
+__all__ = ["CLAIM", "FILE", "BadPrompts", "acknowledge_prompt_file", "claim_prompt_file", "make_demo_prompts",
+           "prompts_key", "prompts_key_of"]
+
 FILE = "prompts.jsonl"
 CLAIM = "_CLAIMED.json"
 """Beside a dropped prompt file once a watcher has fired for it (aigc_airflow.triggers.PromptFileTrigger)."""
-
-
-class BadPrompts(ValueError):
-    """A prompt file that is missing, empty or malformed: the message names the line."""
 
 
 def prompts_key(dataset: str, date: str | dt.date) -> str:
@@ -61,16 +63,16 @@ def claim_prompt_file(lake: Lake, dataset: str, now: dt.datetime | None = None) 
     since its claim, or claimed ``REFIRE_AFTER`` ago with no run acknowledging it (``acknowledge_prompt_file``),
     now claimed by a conditional write (two watchers never both get it); None if there is none.
 
-    A claim records the file's size and SHA-256. A file is read only when it has no claim or its size differs
-    from the claim's, so each poll costs one listing and one small read per file; a changed file of exactly the
-    same size is not noticed (drop it again under its date after deleting its _CLAIMED.json)."""
-    import hashlib
-
+    A claim records the file's version (S3's ETag, a local file's modification time: one listing tells them all),
+    size and SHA-256. A file is read only when its version differs from its claim's, and then streamed: the
+    watcher's memory does not grow with the file."""
     from aigc.lake.cas import update_json
 
     now = now or dt.datetime.now(dt.UTC)
     root = join("prompts", dataset)
-    for key in sorted(k for k in lake.list(root) if k.endswith("/" + FILE)):
+    for key, size, version in lake.list_versions(root):
+        if not key.endswith("/" + FILE):
+            continue
         folder = key.rsplit("/", 1)[0]
         try:
             date = parse_date(folder.rsplit("/", 1)[-1].removeprefix("dt=")).isoformat()
@@ -81,12 +83,11 @@ def claim_prompt_file(lake: Lake, dataset: str, now: dt.datetime | None = None) 
             claim = lake.get_json(claim_key)
         except ObjectNotFound:
             claim = None
-        size = lake.size(key)
-        if claim and claim.get("size") == size and not _lost(claim, now):
+        if claim and claim.get("version") == version and not _lost(claim, now):
             continue
-        digest = hashlib.sha256(lake.get_bytes(key)).hexdigest()
-        found = {"date": date, "prompts_key": key, "prompts_uri": lake.url(key), "size": size, "sha256": digest,
-                 "claimed_at": now.isoformat(timespec="seconds"), "acknowledged_by": None}
+        found = {"date": date, "prompts_key": key, "prompts_uri": lake.url(key), "size": size, "version": version,
+                 "sha256": _streamed_sha256(lake, key), "claimed_at": now.isoformat(timespec="seconds"),
+                 "acknowledged_by": None}
 
         def take(previous: dict | None, found=found) -> dict:
             if previous and previous.get("sha256") == found["sha256"] and not _lost(previous, now):
@@ -99,6 +100,14 @@ def claim_prompt_file(lake: Lake, dataset: str, now: dt.datetime | None = None) 
             continue
         return found
     return None
+
+
+def _streamed_sha256(lake: Lake, key: str) -> str:
+    digest = hashlib.sha256()
+    with lake.open_input(key) as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _lost(claim: dict, now: dt.datetime) -> bool:
@@ -125,32 +134,6 @@ def acknowledge_prompt_file(lake: Lake, prompts_key: str, sha256: str, by: str) 
     return True
 
 
-def load_prompts(lake: Lake, key: str, cfg: GenerateConfig) -> list[dict]:
-    """The prompts in the file at ``key``; BadPrompts naming the line if it is missing, empty or malformed."""
-    try:
-        lines = list(lake.iter_lines(key))
-    except ObjectNotFound:
-        raise BadPrompts(f"no prompt file at {lake.url(key)}; drop one (see aigc/generate/prompts.py for the "
-                         "format) or generate the demo set") from None
-    prompts, seen = [], set()
-    for n, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw)
-            pid, text = str(row["prompt_id"]), str(row["prompt"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise BadPrompts(f"{lake.url(key)} line {n}: expected a JSON object with prompt_id and prompt "
-                             f"({type(e).__name__}: {e})") from None
-        if pid in seen:
-            raise BadPrompts(f"{lake.url(key)} line {n}: prompt_id {pid!r} appears twice")
-        seen.add(pid)
-        prompts.append({"prompt_id": pid, "prompt": text, "seed": int(row.get("seed", cfg.seed + n))})
-    if not prompts:
-        raise BadPrompts(f"{lake.url(key)} holds no prompts")
-    return prompts
-
-
 def _blocked_terms() -> list[str]:
     text = resources.files("aigc.data").joinpath("blocklist.txt").read_text("utf-8")
     return [t.strip() for t in text.splitlines() if t.strip() and not t.lstrip().startswith("#")]
@@ -171,10 +154,3 @@ def make_demo_prompts(lake: Lake, dataset: str, date: str | dt.date, cfg: Genera
     rng.shuffle(rows)  # blocked prompts land in every shard, not all in the last one
     lake.put_bytes(key, "".join(json.dumps(r) + "\n" for r in rows).encode())
     return {"prompts_uri": lake.url(key), "prompts": len(rows), "blocked": len(blocked)}
-
-
-def shard_ranges(n: int, shards: int) -> list[tuple[int, int]]:
-    """Contiguous, nearly equal [lo, hi) ranges; never an empty shard."""
-    shards = max(1, min(shards, n))
-    bounds = [round(k * n / shards) for k in range(shards + 1)]
-    return list(zip(bounds, bounds[1:], strict=False))

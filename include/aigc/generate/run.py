@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from aigc.config import PipelineConfig
-from aigc.generate.prompts import load_prompts, shard_ranges
+from aigc.generate import pinned
 from aigc.generate.prompts import prompts_key as dated_prompts_key
 from aigc.lake import Lake
 from aigc.lake.base import PreconditionFailed
@@ -86,15 +86,16 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run
                                  f"not passed gate 3; eligible variants: {eligible or 'none (run aigc deploy)'}")
     run_id = run_id or new_run_id()
     key = prompts_key or dated_prompts_key(cfg.prepare.dataset, date)
+    prefix = generation_prefix(cfg.model.name, date, run_id)
     if demo_prompts and not prompts_key and not lake.exists(key):
-        key = join(generation_prefix(cfg.model.name, date, run_id), DEMO_PROMPTS)
+        key = join(prefix, DEMO_PROMPTS)
         if not lake.exists(key):  # a retry of this plan (same run id, same config) reuses its set
             workload_of(cfg).demo_prompts(lake, date.isoformat(), cfg, key)
-    n = len(load_prompts(lake, key, g))
+    pin = pinned.pin(lake, key, prefix, g, g.shards)  # the version every shard answers, whatever happens to the file
     return {"stage": "plan-generation", "date": date.isoformat(), "run_id": run_id, "model": cfg.model.name,
-            "model_ref": ref, "version": record["version"], "variant": g.variant, "prompts": n, "prompts_key": key,
-            "serves_on": serves_on(g.variant, record),
-            "shards": [{"shard": k, "lo": lo, "hi": hi} for k, (lo, hi) in enumerate(shard_ranges(n, g.shards))]}
+            "model_ref": ref, "version": record["version"], "variant": g.variant, "prompts": pin["prompts"],
+            "prompts_key": key, "prompts_sha256": pin["source"]["sha256"], "prompts_pinned": pin["pinned"],
+            "refused_lines": pin["refused_lines"], "serves_on": serves_on(g.variant, record), "shards": pin["slices"]}
 
 
 def serves_on(variant: str, record: dict) -> str:
@@ -145,9 +146,11 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> 
         log.info("shard %d of run %s is already done (%d rows): nothing to do", k, plan["run_id"], entry["rows"])
         return {**entry, "already_done": True}
     started = time.perf_counter()
-    prompts = load_prompts(lake, plan["prompts_key"], cfg.generate)[shard["lo"]:shard["hi"]]
+    entries = pinned.read_slice(lake, plan["prompts_pinned"], shard)
     workload = workload_of(cfg)
-    rows, report = workload.generate_shard(lake, plan, prompts, cfg)
+    prompts = [e for e in entries if "refused" not in e]
+    answered, report = workload.generate_shard(lake, plan, prompts, cfg)
+    rows = _in_line_order(entries, iter(answered), plan, workload)
     table = pa.Table.from_pylist(rows, schema=generation_schema(workload))
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
@@ -169,6 +172,22 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> 
     log.info("shard %d: %d prompts, %d generated (%d from cache), %d refused, %.1f items/s",
              k, len(rows), counts["generated"], entry["cached"], counts["refused"], report["items_per_s"])
     return entry
+
+
+def _in_line_order(entries: list[dict], answered, plan: dict, workload) -> list[dict]:
+    """The shard's rows in its lines' order: the workload's answers, and a refused row for each line that was not a
+    prompt (its reason from ``pinned``)."""
+    empty = {name: None for name, _ in workload.output_columns}
+    return [next(answered) if "refused" not in e else
+            {"prompt_id": e["prompt_id"], "prompt": e["prompt"], "seed": e["seed"], "status": "refused",
+             "reason": e["refused"], **empty, "model_version": plan["version"], "variant": plan["variant"],
+             "latency_ms": None, "batch_size": None, "cached": False}
+            for e in entries]
+
+
+def expected_prompt_ids(lake: Lake, plan: dict) -> set[str]:
+    """Every prompt id the run must answer: its pinned slices' (each checked against its hash)."""
+    return {e["prompt_id"] for piece in plan["shards"] for e in pinned.read_slice(lake, plan["prompts_pinned"], piece)}
 
 
 def generation_rows(lake: Lake, manifest: dict, columns: list[str] | None = None) -> pa.Table:
@@ -198,6 +217,8 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
     manifest = {**{k: plan[k] for k in ("date", "run_id", "model", "version", "variant", "prompts")},
                 "model_ref": plan.get("model_ref"),
                 "prompts_key": plan["prompts_key"], "prompts_uri": lake.url(plan["prompts_key"]),
+                "prompts_sha256": plan["prompts_sha256"], "prompts_pinned": plan["prompts_pinned"],
+                "plan_shards": plan["shards"],
                 "shards": entries, "rows": sum(e["rows"] for e in entries),
                 "generated": sum(e["generated"] for e in entries), "refused": sum(e["refused"] for e in entries),
                 "cached": sum(e["cached"] for e in entries)}

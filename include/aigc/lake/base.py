@@ -143,6 +143,13 @@ class Lake(ABC):
         """A streamed writer (S3: multipart upload under the hood)."""
         return self.arrow_fs.open_output_stream(self.arrow_path(validate_key(key)))
 
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes of an object from byte ``start`` (a ranged read: the rest is not transferred); fewer
+        only where the object ends first."""
+        with self.open_input(key) as f:
+            f.seek(start)
+            return f.read(length)
+
     def iter_lines(self, key: str, chunk_bytes: int = 1 << 20,
                    max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES) -> Iterator[bytes]:
         """Yield the lines of an object (without the newline), reading it in chunks, in time linear in its size.

@@ -10,8 +10,7 @@ import pandas as pd
 from PIL import Image
 
 from aigc.config import GenerateGateThresholds, PipelineConfig
-from aigc.generate.prompts import load_prompts
-from aigc.generate.run import MANIFEST, generation_prefix, generation_rows
+from aigc.generate.run import MANIFEST, expected_prompt_ids, generation_prefix, generation_rows
 from aigc.lake import Lake
 from aigc.lake.keys import join, partition, run_prefix
 from aigc.prepare.checks import blocked_term
@@ -64,7 +63,8 @@ def validate_generation(lake: Lake, plan: dict, cfg: PipelineConfig, thresholds:
     rows, expectations, figures = workload.generation_checks(rows, cfg, thresholds)
     generated = rows[rows["status"] == "generated"]
     refused = rows[rows["status"] == "refused"]
-    expected_ids = {p["prompt_id"] for p in load_prompts(lake, manifest["prompts_key"], cfg.generate)}
+    expected_ids = expected_prompt_ids(lake, {"prompts_pinned": manifest["prompts_pinned"],
+                                              "shards": manifest["plan_shards"]})
     summary = pd.DataFrame([{
         "prompts": len(expected_ids), "rows": len(rows),
         "missing": len(expected_ids - set(rows["prompt_id"])), "unexpected": len(set(rows["prompt_id"]) - expected_ids),

@@ -9,7 +9,7 @@ import pytest
 
 from aigc.config import BatchingConfig, GenerateConfig, PipelineConfig
 from aigc.generate import run as gen_run
-from aigc.generate.prompts import BadPrompts, load_prompts, prompts_key
+from aigc.generate.prompts import prompts_key
 from aigc.quality.gate import GateFailed
 from aigc.quality.generation import validate_generation
 from aigc.registry.loader import Generator
@@ -98,22 +98,6 @@ def test_a_plan_for_a_named_version_ignores_the_alias_another_run_moved(deployed
         gen_run.plan_generation(deployed_lake, DATE, config(), demo_prompts=True)
     plan = gen_run.plan_generation(deployed_lake, DATE, config(), demo_prompts=True, model_ref="v0001")
     assert plan["version"] == "v0001"
-
-
-def test_bad_prompt_files_name_the_problem(deployed_lake):
-    cfg = config()
-    key = prompts_key("shapes", DATE)
-    with pytest.raises(BadPrompts, match="no prompt file at"):
-        load_prompts(deployed_lake, key, cfg.generate)
-    deployed_lake.put_bytes(key, b"\n")
-    with pytest.raises(BadPrompts, match="holds no prompts"):
-        load_prompts(deployed_lake, key, cfg.generate)
-    deployed_lake.put_bytes(key, b'{"prompt_id": "a", "prompt": "x"}\n{"prompt_id": "a", "prompt": "y"}\n')
-    with pytest.raises(BadPrompts, match="line 2: prompt_id 'a' appears twice"):
-        load_prompts(deployed_lake, key, cfg.generate)
-    deployed_lake.put_bytes(key, b'{"prompt": "no id"}\n')
-    with pytest.raises(BadPrompts, match="line 1: expected a JSON object with prompt_id and prompt"):
-        load_prompts(deployed_lake, key, cfg.generate)
 
 
 def test_an_overlong_prompt_is_refused_with_its_length(deployed_lake):
