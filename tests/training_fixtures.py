@@ -43,6 +43,19 @@ def curated_lake(curated_template, tmp_path):
     return copy_of(curated_template, tmp_path / "lake")
 
 
+def rewrite_recorded(lake, manifest_key: str, shard_key: str, data: bytes) -> None:
+    """Replace a shard and what its manifest recorded of it (size, SHA-256), as if its writer had written these
+    bytes: how a test feeds a gate content a stage would never write (readers check shards against manifests)."""
+    import hashlib
+
+    lake.put_bytes(shard_key, data)
+    manifest = lake.get_json(manifest_key)
+    for shard in manifest["shards"]:
+        if shard["key"] == shard_key:
+            shard.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    lake.put_json(manifest_key, manifest)
+
+
 def tiny_config(**train) -> PipelineConfig:
     """A model and a schedule small enough for a unit test (a few seconds on one core)."""
     settings = dict(steps=12, batch_size=16, warmup_steps=2, eval_every=6, checkpoint_every=6, health_every=2,

@@ -58,7 +58,10 @@ def test_each_stage_publishes_the_same_objects_from_the_cli_and_from_its_dag(air
         cli, dag = published(cli_lake), published(dag_lake)
         assert cli == dag, (stage, {k: (cli.get(k), dag.get(k)) for k in cli.keys() | dag.keys()
                                     if cli.get(k) != dag.get(k)})
-    assert "generations/shapes-cvae/dt=2026-11-27/_PUBLISHED.json" in dag  # published by evaluate, after gate 5
+    # The candidate's generations are its evaluation set, published with its evaluation after gate 5; the
+    # generations pointer is production's content, and nothing made content here.
+    assert "evaluations/shapes-cvae/dt=2026-11-27/_PUBLISHED.json" in dag
+    assert "generations/shapes-cvae/dt=2026-11-27/_PUBLISHED.json" not in dag
     assert cli_lake.list("leases") == dag_lake.list("leases") == []
 
 
@@ -75,7 +78,7 @@ def test_the_text_workload_chosen_in_the_form_runs_all_five_stages_on_s3(airflow
     rc = run_dag_test(DATE, {"preset": "smoke", "workload": "text"}, env, log, out=io.StringIO(), timeout_s=900)
     assert rc == 0 and "state=failed" not in log.read_text(), log.read_text()[-4000:]
     state = published(lake)
-    for partition in ("curated/logs", "training/logs-gpt", "generations/logs-gpt", "evaluations/logs-gpt"):
+    for partition in ("curated/logs", "training/logs-gpt", "evaluations/logs-gpt"):
         assert f"{partition}/dt={DATE}/_PUBLISHED.json" in state, partition
     assert state["models/logs-gpt/aliases.json"]["production"] == "v0001"
     pointer = lake.get_json(f"evaluations/logs-gpt/dt={DATE}/_PUBLISHED.json")

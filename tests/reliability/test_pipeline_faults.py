@@ -49,11 +49,11 @@ def published(lake: S3Lake) -> dict:
     aliases = lake.get_json(f"models/{MODEL}/aliases.json")["aliases"]
     version = lake.get_json(f"models/{MODEL}/{aliases['candidate']}/version.json")
     assert version["weights_sha256"] == hashlib.sha256(weights).hexdigest()  # registered what was published
-    generations = resolve(lake, partition("generations", MODEL, DATE))
+    evaluation = resolve(lake, partition("evaluations", MODEL, DATE))
+    generations = {"run_prefix": evaluation["generations"]}  # the candidate's evaluation set, published with it
     rows = [row for key in lake.list(generations["run_prefix"]) if key.endswith(".parquet")
             for row in pq.read_table(io.BytesIO(lake.get_bytes(key)), columns=["prompt_id", "status", "image"])
             .to_pylist()]
-    evaluation = resolve(lake, partition("evaluations", MODEL, DATE))
     out = {
         "curated": {"rows": manifest["rows"], "quarantined": manifest["quarantined"],
                     "shards": [sha(lake.get_bytes(s["key"])) for s in manifest["shards"]]},

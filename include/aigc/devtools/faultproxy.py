@@ -5,8 +5,11 @@ Faults (``FAULTS``), each chosen for a request with its own probability:
 
 * ``error``: 500 InternalError or 503 SlowDown, without forwarding (the store did nothing);
 * ``reset``: the connection is closed before forwarding (the store did nothing);
-* ``cut``: forwarded; the reply's headers and half its body are sent, then the connection is
-  closed (a reset inside a GET body: the store did the work, the client got part of it);
+* ``cut``: forwarded; the reply's headers and its body up to a random offset are sent, then the
+  connection is closed (a reset inside a body: the store did the work, the client got part of it);
+  a reply without a body (a PUT's, a HEAD's) is cut inside its headers instead;
+* ``cut_headers``: forwarded; the reply is cut at a random offset inside its status line and headers
+  (urllib3 only logs the broken headers: the client sees a reply with some headers missing), any method;
 * ``lost``: forwarded, and then the connection is closed without a reply (the store did the work,
   a PUT included: the client does not know);
 * ``delay``: forwarded after a pause.
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
-FAULTS = ("error", "reset", "cut", "lost", "delay")
+FAULTS = ("error", "reset", "cut", "cut_headers", "lost", "delay")
 _ERROR_BODY = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>injected by the fault '
                b"proxy</Message></Error>")
 
@@ -81,12 +84,16 @@ class FaultProxy:
                 return None
             if self._rng.random() >= self.plan.rate:
                 return None
-            kinds = [k for k in self.plan.kinds if k != "cut" or method == "GET"]  # only a GET has a body to cut
-            if not kinds:
+            kind = self._rng.choice(self.plan.kinds) if self.plan.kinds else None
+            if kind is None:
                 return None
-            kind = self._rng.choice(kinds)
             self.counts[kind] += 1
             return kind
+
+    def offset(self, lo: int, hi: int) -> int:
+        """Where a reply is cut: seeded, so a run's faults repeat."""
+        with self._lock:
+            return self._rng.randint(lo, max(lo, hi))
 
     @contextmanager
     def pause(self) -> Iterator[None]:
@@ -133,22 +140,26 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 conn.close()
 
         def _send(self, status: int, reason: str, headers: list[tuple[str, str]], body: bytes,
-                  cut: bool = False) -> None:
-            self.send_response(status, reason)
+                  cut: str | None = None) -> None:
+            lines = [f"HTTP/1.1 {status} {reason}"]
             for k, v in headers:
                 if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
-                    self.send_header(k, v)
+                    lines.append(f"{k}: {v}")
             # A HEAD reply has no body but the object's length.
             length = dict((k.lower(), v) for k, v in headers).get("content-length") if self.command == "HEAD" else None
-            self.send_header("Content-Length", length or str(len(body)))
-            self.end_headers()
-            if cut and len(body) > 1:
-                self.wfile.write(body[: len(body) // 2])
-                self.wfile.flush()
+            lines.append(f"Content-Length: {length or len(body)}")
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+            payload = b"" if self.command == "HEAD" else body
+            if cut == "cut" and len(payload) > 1:  # inside the body, anywhere
+                reply = head + payload[: proxy.offset(1, len(payload) - 1)]
+            elif cut:  # inside the status line and headers, anywhere (a body-less reply has only those to cut)
+                reply = head[: proxy.offset(1, len(head) - 3)]
+            else:
+                reply = head + payload
+            self.wfile.write(reply)
+            self.wfile.flush()
+            if cut:
                 self.close_connection = True
-                return
-            if self.command != "HEAD":
-                self.wfile.write(body)
 
         def _handle(self) -> None:
             body = self._body()
@@ -166,7 +177,7 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             if kind == "lost":
                 self.close_connection = True
                 return
-            self._send(status, reason, headers, payload, cut=kind == "cut")
+            self._send(status, reason, headers, payload, cut=kind if kind in ("cut", "cut_headers") else None)
 
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 

@@ -77,7 +77,7 @@ def real_images(lake: Lake, dataset: str, date: str, n: int) -> tuple[list[np.nd
         held_out = np.arange(min(n, len(index)))
     images, captions = [], []
     for s in sorted(set(index.shard_of[held_out].tolist())):
-        column = lake.parquet_file(index.shards[s]).read(columns=["image"]).column("image")
+        column = index.shard(lake, s).read(columns=["image"]).column("image")
         for i in held_out[index.shard_of[held_out] == s]:
             images.append(_decode(column[int(index.row_of[i])].as_py()))
             captions.append(index.captions[i])

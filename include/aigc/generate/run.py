@@ -155,7 +155,8 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> 
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
     shard_key = join(prefix, f"shard-{k:05d}.parquet")
-    lake.put_bytes(shard_key, buf.getvalue())
+    data = buf.getvalue()
+    lake.put_bytes(shard_key, data)
     shown = [r for r in rows if r["status"] == "generated"][: cfg.generate.gallery_images]
     name, preview = workload.gallery(shown)
     stem, dot, suffix = name.rpartition(".")
@@ -163,7 +164,8 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> 
     counts = {s: sum(r["status"] == s for r in rows) for s in ("generated", "refused")}
     entry = {"shard": k, "rows": len(rows), "prompt_ids_sha256": hashlib.sha256(
                  "\n".join(sorted(r["prompt_id"] for r in rows)).encode()).hexdigest(),
-             "key": shard_key, **counts, "cached": sum(r["cached"] for r in rows), "batching": report,
+             "key": shard_key, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), **counts,
+             "cached": sum(r["cached"] for r in rows), "batching": report,
              "seconds": round(time.perf_counter() - started, 3)}
     try:
         lake.put_if_absent(ledger_key, json.dumps(entry, indent=2).encode())
@@ -192,7 +194,7 @@ def expected_prompt_ids(lake: Lake, plan: dict) -> set[str]:
 
 def generation_rows(lake: Lake, manifest: dict, columns: list[str] | None = None) -> pa.Table:
     """Every output row of a finished generation run (its manifest lists the shards), streamed by the lake."""
-    return lake.read_parquet([s["key"] for s in manifest["shards"]], columns=columns)
+    return lake.read_parquet(manifest["shards"], columns=columns)
 
 
 def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
@@ -210,7 +212,7 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
     columns = ["prompt_id", "status", "prompt", *[n for n, _ in workload.output_columns]]
     shown = []
     for e in entries:
-        shown += [r for r in lake.read_parquet([e["key"]], columns=columns).to_pylist()
+        shown += [r for r in lake.read_parquet([e], columns=columns).to_pylist()
                   if r["status"] == "generated"][:per_shard]
     gallery_name, preview = workload.gallery(shown)
     lake.put_bytes(join(prefix, gallery_name), preview)

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from aigc.lake.base import Lake, ObjectNotFound, PreconditionFailed
+from aigc.lake.base import Lake, ObjectCorrupt, ObjectNotFound, PreconditionFailed
 from aigc.lake.keys import LakeKeyError
 from aigc.lake.local import LocalLake
 from aigc.lake.s3 import S3Lake, S3Options
@@ -15,7 +15,7 @@ DEFAULT_LAKE = ".lake"
 """Where the lake lives when ``AIGC_LAKE_URI`` is unset: a folder in the working directory."""
 
 __all__ = [
-    "Lake", "LakeKeyError", "LocalLake", "ObjectNotFound", "PreconditionFailed", "S3Lake", "S3Options",
+    "Lake", "LakeKeyError", "LocalLake", "ObjectCorrupt", "ObjectNotFound", "PreconditionFailed", "S3Lake", "S3Options",
     "default_lake_uri", "open_lake",
 ]
 

@@ -7,6 +7,7 @@ which backend they run on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -26,6 +27,10 @@ class PreconditionFailed(RuntimeError):
 
 class ObjectNotFound(FileNotFoundError):
     """A key that does not exist in the lake."""
+
+
+class ObjectCorrupt(RuntimeError):
+    """An object that is not what its writer recorded (its size or SHA-256 differ), read after every retry."""
 
 
 class Lake(ABC):
@@ -73,8 +78,16 @@ class Lake(ABC):
     def put_bytes(self, key: str, data: bytes) -> str:
         return self._put(validate_key(key), data)
 
-    def get_bytes(self, key: str) -> bytes:
-        return self._read(validate_key(key))
+    def get_bytes(self, key: str, *, sha256: str | None = None) -> bytes:
+        """The object's bytes; with ``sha256`` (what its writer recorded) checked against them: a reply that does
+        not match is fetched again (a backend's ``_read_verified``), then ObjectCorrupt."""
+        key = validate_key(key)
+        return self._read(key) if sha256 is None else self._read_verified(key, sha256)
+
+    def _read_verified(self, key: str, sha256: str) -> bytes:
+        data = self._read(key)
+        _check_sha256(self, key, data, sha256)
+        return data
 
     def _read(self, key: str) -> bytes:
         """The object's bytes alone: a backend whose ETag costs work (a digest) skips it here."""
@@ -132,12 +145,17 @@ class Lake(ABC):
             self._delete(key)
 
     # -- streams ------------------------------------------------------------------------
-    def open_input(self, key: str) -> pa.NativeFile:
-        """A streamed, seekable reader: large objects are never pulled whole into Python."""
+    def open_input(self, key: str, size: int | None = None) -> pa.NativeFile:
+        """A streamed, seekable reader: large objects are never pulled whole into Python. ``size``: what the
+        object's writer recorded (a manifest's); the reader must see exactly that many bytes."""
         key = validate_key(key)
         if not self._exists(key):
             raise ObjectNotFound(f"{self.url(key)} does not exist")
-        return self.arrow_fs.open_input_file(self.arrow_path(key))
+        f = self.arrow_fs.open_input_file(self.arrow_path(key))
+        if size is not None and (seen := f.size()) != size:
+            f.close()
+            raise ObjectCorrupt(f"{self.url(key)} holds {seen} bytes where its writer recorded {size}")
+        return f
 
     def open_output(self, key: str) -> pa.NativeFile:
         """A streamed writer (S3: multipart upload under the hood)."""
@@ -149,6 +167,16 @@ class Lake(ABC):
         with self.open_input(key) as f:
             f.seek(start)
             return f.read(length)
+
+    def digest(self, key: str, size: int | None = None) -> tuple[str, int]:
+        """(SHA-256, length) of an object, streamed: how an audit checks what was stored against its writer's
+        record without holding the object."""
+        digest, length = hashlib.sha256(), 0
+        with self.open_input(key, size) as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+                length += len(chunk)
+        return digest.hexdigest(), length
 
     def iter_lines(self, key: str, chunk_bytes: int = 1 << 20,
                    max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES) -> Iterator[bytes]:
@@ -164,12 +192,16 @@ class Lake(ABC):
         kwargs.setdefault("compression", "zstd")
         return pq.ParquetWriter(self.arrow_path(validate_key(key)), schema, filesystem=self.arrow_fs, **kwargs)
 
-    def parquet_file(self, key: str) -> pq.ParquetFile:
-        return pq.ParquetFile(self.open_input(key))
+    def parquet_file(self, key: str, size: int | None = None) -> pq.ParquetFile:
+        """A Parquet object, streamed; ``size`` as for ``open_input``: a manifest's figure, so no reader takes a
+        size from a HEAD whose reply was cut."""
+        return pq.ParquetFile(self.open_input(key, size))
 
-    def read_parquet(self, keys: list[str], columns: list[str] | None = None) -> pa.Table:
-        """Read selected columns of several Parquet objects (column pruning keeps it small)."""
-        tables = [self.parquet_file(k).read(columns=columns) for k in keys]
+    def read_parquet(self, keys: list[str | dict], columns: list[str] | None = None) -> pa.Table:
+        """Read selected columns of several Parquet objects (column pruning keeps it small): keys, or a manifest's
+        shard entries (``{"key", "bytes"}``), whose recorded size the reader must see."""
+        tables = [self.parquet_file(k).read(columns=columns) if isinstance(k, str) else
+                  self.parquet_file(k["key"], k.get("bytes")).read(columns=columns) for k in keys]
         if not tables:
             raise ObjectNotFound("no Parquet objects to read")
         return pa.concat_tables(tables)
@@ -188,6 +220,13 @@ class Lake(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
+
+
+def _check_sha256(lake: Lake, key: str, data: bytes, sha256: str) -> None:
+    got = hashlib.sha256(data).hexdigest()
+    if got != sha256:
+        raise ObjectCorrupt(f"{lake.url(key)} is not what its writer recorded: {len(data)} bytes with SHA-256 {got}, "
+                            f"expected {sha256}")
 
 
 def json_bytes(obj: Any) -> bytes:

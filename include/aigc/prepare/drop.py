@@ -118,11 +118,12 @@ class Segment:
     end: int
 
 
-def split_drop(raw: Lake, files: list[str], parts: int) -> list[list[Segment]]:
+def split_drop(raw: Lake, files: list[str], parts: int, sizes: list[int] | None = None) -> list[list[Segment]]:
     """The drop's files, in order, cut into ``parts`` runs of about equal bytes (a cut may fall inside a file: the
     line it falls in goes to the part where it starts). Concatenated, the parts are the drop in drop order; a part
-    is empty when the drop has fewer bytes than parts."""
-    sizes = [raw.size(f) for f in files]
+    is empty when the drop has fewer bytes than parts. ``sizes``: the files' sizes as a snapshot listed them (else
+    each file's HEAD)."""
+    sizes = sizes if sizes is not None else [raw.size(f) for f in files]
     total = sum(sizes)
     cuts = [total * i // parts for i in range(parts + 1)]
     split: list[list[Segment]] = []

@@ -65,7 +65,8 @@ def plan_prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig,
     files = record_files(raw, date)
     snap = delivery.snapshot(raw, date, files)
     delivery.write(lake, curated_run(cfg.dataset, date, run_id), snap)
-    split = split_drop(raw, files, cfg.parts)
+    listed = {name: size for name, size, _version in snap["listing"]}
+    split = split_drop(raw, files, cfg.parts, [listed[f[len(drop_prefix(date)) + 1:]] for f in files])
     announced = announced_records(raw, date)
     return {"stage": "prepare_plan", "date": date.isoformat(), "run_id": run_id,
             "dataset": cfg.dataset, "raw": raw_uri(raw, date), "files": len(files), "announced": announced,
@@ -164,7 +165,7 @@ _ORIGIN_FIELDS = {"_raw_file": "file", "_raw_line": "line_no", "_raw": "raw", "_
 
 def _batches(lake: Lake, shards: list[dict]) -> Iterator[dict[str, list]]:
     for shard in shards:
-        for batch in lake.parquet_file(shard["key"]).iter_batches(batch_size=1024):
+        for batch in lake.parquet_file(shard["key"], shard.get("bytes")).iter_batches(batch_size=1024):
             yield batch.to_pydict()
 
 

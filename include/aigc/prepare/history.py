@@ -75,7 +75,7 @@ def seed_from_earlier_dates(dedup, lake: Lake, dataset: str, date: dt.date, days
         if not signatures_usable:
             log.warning("dt=%s kept its dedup keys with %s MinHash permutations, this run uses %d: its rows are "
                         "checked for exact duplicates only", day, written.get("num_perm"), settings["num_perm"])
-        table = lake.read_parquet([s["key"] for s in shards], columns=list(dedup_keys))
+        table = lake.read_parquet(shards, columns=list(dedup_keys))
         for batch in table.to_batches(max_chunksize=65536):
             rows = batch.to_pylist()
             if not signatures_usable:

@@ -39,6 +39,7 @@ def validate_curated(
     curated_run = run_prefix(partition("curated", dataset, date), run_id)
     manifest = lake.get_json(join(curated_run, MANIFEST))
     shard_keys = [s["key"] for s in manifest["shards"]]
+    size_of = {s["key"]: s.get("bytes") for s in (*manifest["shards"], *manifest["quarantine"]["shards"])}
 
     def row_expectations() -> list:  # fresh objects per shard: an expectation belongs to one suite
         return [
@@ -50,11 +51,11 @@ def validate_curated(
 
     # Each shard is read once, when its table's turn comes (run_gate calls the loader), and dropped after; its
     # ids and content hashes stay behind as 8-byte hashes for the partition table, which is validated last.
-    n_rows = sum(lake.parquet_file(k).metadata.num_rows for k in shard_keys)  # footers: no data read
+    n_rows = sum(lake.parquet_file(k, size_of[k]).metadata.num_rows for k in shard_keys)  # footers: no data read
     id_hashes, content_hashes = [], []
 
     def load_shard(key: str) -> pd.DataFrame:
-        frame = lake.read_parquet([key], columns=columns).to_pandas()
+        frame = lake.parquet_file(key, size_of[key]).read(columns=columns).to_pandas()
         id_hashes.append(pd.util.hash_pandas_object(frame["id"], index=False).to_numpy())
         content_hashes.append(pd.util.hash_pandas_object(frame["content_hash"], index=False).to_numpy())
         return frame
@@ -68,9 +69,11 @@ def validate_curated(
     schema = pd.DataFrame(
         [{"shard": k, "column": f.name, "type": _type_name(f.type), "expected": _type_name(schema_of.field(f.name).type)
           if f.name in schema_of.names else "<not in schema>"}
-         for k in shard_keys for f in lake.parquet_file(k).schema_arrow]
+         for k in shard_keys for f in lake.parquet_file(k, size_of[k]).schema_arrow]
     )
-    quarantined_rows = sum(lake.parquet_file(s["key"]).metadata.num_rows for s in manifest["quarantine"]["shards"])
+    quarantined_rows = sum(lake.parquet_file(s["key"], s.get("bytes")).metadata.num_rows
+                           for s in manifest["quarantine"]["shards"])
+    stored = pd.DataFrame([_stored(lake, s) for s in (*manifest["shards"], *manifest["quarantine"]["shards"])])
     n_input = manifest["input_records"]
     by_reason = pd.DataFrame(
         [{"reason": r, "count": n, "ratio": n / n_input} for r, n in manifest["quarantined"].items()],
@@ -90,6 +93,9 @@ def validate_curated(
             gxe.ExpectTableRowCountToEqual(value=len(schema_of) * len(shard_keys)),
         ]),
         *shard_tables,
+        Table("stored", stored, [gxe.ExpectColumnValuesToBeInSet(column="matches_manifest", value_set=[True])],
+              explain={"matches_manifest": "a shard's stored bytes are not what its writer recorded (SHA-256): it "
+                                           "was changed or cut after it was written. Run stage 1 for the date again"}),
         Table("partition", partition_rows, explain={
             "rows": (
                 f"the curated partition has {n_rows} rows, fewer than the minimum {thresholds.min_rows}: too few "
@@ -116,6 +122,12 @@ def validate_curated(
     ]
     prefix = run_prefix(partition("quality", GATE, date), run_id)
     return run_gate(GATE, tables, lake, prefix)
+
+
+def _stored(lake, shard: dict) -> dict:
+    """What is stored of a shard against what its writer recorded (streamed: one MiB at a time)."""
+    sha256, size = lake.digest(shard["key"], shard.get("bytes"))
+    return {"shard": shard["key"], "bytes": size, "matches_manifest": sha256 == shard.get("sha256")}
 
 
 def _repeats(hashes: list) -> int:

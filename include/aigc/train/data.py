@@ -50,6 +50,12 @@ class WindowIndex:
     columns: dict[str, list]
     """The index columns asked for (``Workload.index_columns``), one value per sample."""
     costs: np.ndarray  # (N,) float64: the workload's sample_costs (ones when none was given)
+    shard_bytes: list[int | None] | None = None
+    """Each shard's size as its manifest recorded it: a reader must see exactly that many bytes."""
+
+    def shard(self, lake, s: int):
+        """Shard ``s`` as a streamed Parquet file, its size checked against the manifest's."""
+        return lake.parquet_file(self.shards[s], self.shard_bytes[s] if self.shard_bytes else None)
 
     @property
     def captions(self) -> list[str]:
@@ -72,7 +78,7 @@ def load_window(lake: Lake, dataset: str, date: str | dt.date, days: int, column
     """The published curated partitions of the ``days`` days ending at ``date`` (missing days skipped), with
     ``columns`` of every row read; ``costs`` (a workload's ``sample_costs``) turns them into per-sample costs."""
     end = parse_date(date)
-    parts, shards, shard_of, row_of, ids = [], [], [], [], []
+    parts, shards, sizes, shard_of, row_of, ids = [], [], [], [], [], []
     values: dict[str, list] = {c: [] for c in columns}
     for back in range(days - 1, -1, -1):
         day = end - dt.timedelta(days=back)
@@ -88,7 +94,7 @@ def load_window(lake: Lake, dataset: str, date: str | dt.date, days: int, column
         for shard in manifest["shards"]:
             key = shard["key"]
             try:
-                table = lake.parquet_file(key).read(columns=["id", *columns])
+                table = lake.parquet_file(key, shard.get("bytes")).read(columns=["id", *columns])
             except Exception as e:
                 raise CorruptShard(f"curated shard {lake.url(key)} cannot be read as Parquet with columns "
                                    f"{', '.join(['id', *columns])}: {type(e).__name__}: {e}") from e
@@ -96,6 +102,7 @@ def load_window(lake: Lake, dataset: str, date: str | dt.date, days: int, column
             shard_of.append(np.full(n, len(shards), dtype=np.int32))
             row_of.append(np.arange(n, dtype=np.int32))
             shards.append(key)
+            sizes.append(shard.get("bytes"))
             ids += table.column("id").to_pylist()
             for c in columns:
                 values[c] += table.column(c).to_pylist()
@@ -109,7 +116,8 @@ def load_window(lake: Lake, dataset: str, date: str | dt.date, days: int, column
     if weights.shape != (len(ids),) or not np.isfinite(weights).all() or (weights <= 0).any():
         raise ValueError(f"sample costs must be {len(ids)} finite positive numbers, one per sample; got shape "
                          f"{weights.shape}, min {weights.min() if weights.size else None}")
-    return WindowIndex(parts, shards, _concat(shard_of, np.int32), _concat(row_of, np.int32), ids, values, weights)
+    return WindowIndex(parts, shards, _concat(shard_of, np.int32), _concat(row_of, np.int32), ids, values, weights,
+                       sizes)
 
 
 def _concat(arrays: list[np.ndarray], dtype) -> np.ndarray:

@@ -18,7 +18,7 @@ from aigc.generate import run as gen_run
 from aigc.quality.evaluation import promote_and_publish, validate_evaluation
 from aigc.quality.gate import GateFailed
 from aigc.registry import Registry
-from tests.training_fixtures import DATE, tiny_config
+from tests.training_fixtures import DATE, rewrite_recorded, tiny_config
 
 
 def config():
@@ -91,7 +91,7 @@ def test_a_generator_of_noise_fails_gate_5_and_production_stays(deployed_lake):
                 r["image"] = _noise_png(i)  # what a broken generator produces
         buf = io.BytesIO()
         pq.write_table(pa.Table.from_pylist(rows, schema=gen_run.SCHEMA), buf)
-        deployed_lake.put_bytes(shard["key"], buf.getvalue())
+        rewrite_recorded(deployed_lake, f"{prefix}/_MANIFEST.json", shard["key"], buf.getvalue())
     evaluated = evaluate(deployed_lake, finished, cfg, run_id="20261120T000000000000Z-noise1")
     with pytest.raises(GateFailed) as failed:
         validate_evaluation(deployed_lake, evaluated, cfg.evaluate_gate)

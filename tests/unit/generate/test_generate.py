@@ -13,7 +13,7 @@ from aigc.generate.prompts import prompts_key
 from aigc.quality.gate import GateFailed
 from aigc.quality.generation import validate_generation
 from aigc.registry.loader import Generator
-from tests.training_fixtures import DATE, tiny_config
+from tests.training_fixtures import DATE, rewrite_recorded, tiny_config
 
 
 def config(**generate) -> PipelineConfig:
@@ -124,7 +124,7 @@ def test_gate_4_fails_when_a_blocked_prompt_was_generated(deployed_lake):
             break
     buf = io.BytesIO()
     pq.write_table(__import__("pyarrow").Table.from_pylist(table, schema=gen_run.SCHEMA), buf)
-    deployed_lake.put_bytes(key, buf.getvalue())
+    rewrite_recorded(deployed_lake, f"{prefix}/_MANIFEST.json", key, buf.getvalue())
     with pytest.raises(GateFailed, match="should_refuse"):
         validate_generation(deployed_lake, summary, cfg, cfg.generate_gate)
 

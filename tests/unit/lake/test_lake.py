@@ -9,7 +9,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from aigc.lake import LakeKeyError, LocalLake, ObjectNotFound, PreconditionFailed, open_lake
+from aigc.lake import LakeKeyError, LocalLake, ObjectCorrupt, ObjectNotFound, PreconditionFailed, open_lake
 from aigc.lake.s3 import LakeUnreachable, S3Lake, S3Options
 from aigc.lines import LongLine, line_size
 
@@ -165,6 +165,25 @@ def test_the_local_lake_follows_no_link_on_reads_lists_and_deletes(tmp_path):
     assert lake.delete_prefix("drop") == 1
     assert (outside / "secret.png").read_bytes() == b"outside bytes"
     assert (tmp_path / "lake" / "drop" / "images" / "evil.png").is_symlink()  # not ours to remove either
+
+
+def test_a_read_is_checked_against_what_its_writer_recorded(lake):
+    import hashlib
+
+    lake.put_bytes("o/obj.bin", b"the bytes a writer wrote")
+    good = hashlib.sha256(b"the bytes a writer wrote").hexdigest()
+    assert lake.get_bytes("o/obj.bin", sha256=good) == b"the bytes a writer wrote"
+    assert lake.digest("o/obj.bin") == (good, 24)
+    lake.put_bytes("o/obj.bin", b"the bytes a rival wrote!")  # the same size, other bytes
+    with pytest.raises(ObjectCorrupt, match=rf"obj.bin is not what its writer recorded: 24 bytes .* expected {good}"):
+        lake.get_bytes("o/obj.bin", sha256=good)
+    with pytest.raises(ObjectCorrupt, match="holds 24 bytes where its writer recorded 23"):
+        lake.open_input("o/obj.bin", size=23)
+    with lake.open_input("o/obj.bin", size=24) as f:
+        assert f.read() == b"the bytes a rival wrote!"
+
+
+def test_sub_lakes_share_the_backend_and_stay_inside(lake):
     sub = lake.sub("raw/shapes")
     sub.put_bytes("dt=2026-11-28/x", b"x")
     assert lake.get_bytes("raw/shapes/dt=2026-11-28/x") == b"x"

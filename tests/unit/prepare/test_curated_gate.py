@@ -1,5 +1,7 @@
 """Gate 1 streams: row expectations per shard, uniqueness across shards on hashes."""
 
+import io
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -11,6 +13,7 @@ from aigc.prepare import make_raw_drop, prepare
 from aigc.prepare.run import MANIFEST
 from aigc.quality.curated import validate_curated
 from aigc.quality.gate import GateFailed
+from tests.training_fixtures import rewrite_recorded
 
 DATE = "2026-11-28"
 CFG = PrepareConfig(workers=1, shard_target_bytes=64 * 1024, row_group_rows=32)  # several small shards
@@ -32,8 +35,9 @@ def test_a_duplicate_split_across_shards_fails_the_gate_and_each_shard_is_its_ow
     last = pq.read_table(lake.open_input(shards[-1]))
     ids = last["id"].to_pylist()
     last = last.set_column(last.schema.get_field_index("id"), "id", pa.array([first_id, *ids[1:]]))
-    with lake.open_output(shards[-1]) as out:
-        pq.write_table(last, out)
+    buf = io.BytesIO()
+    pq.write_table(last, buf)
+    rewrite_recorded(lake, join(prefix, MANIFEST), shards[-1], buf.getvalue())
     with pytest.raises(GateFailed) as failed:
         validate_curated(lake, "shapes", DATE, run, thresholds, CFG)
     assert len(failed.value.failures) == 1 and "partition: expect_column_values_to_be_between(column=" \

@@ -37,7 +37,7 @@ class ImageStore:
             return self._cache[s]
         key = self.index.shards[s]
         try:
-            table = self.lake.parquet_file(key).read(columns=["id", "image"])
+            table = self.index.shard(self.lake, s).read(columns=["id", "image"])
         except Exception as e:
             raise CorruptShard(f"curated shard {self.lake.url(key)} cannot be read: {type(e).__name__}: {e}") from e
         images = table.column("image").to_pylist()

@@ -170,7 +170,7 @@ def evaluate_text(lake, generation: dict, cfg, *, run_id: str, workload) -> dict
     texts, training = [], []
     held = set(held_out.tolist())
     for s in sorted(set(index.shard_of.tolist())):
-        column = lake.parquet_file(index.shards[s]).read(columns=["text"]).column("text").to_pylist()
+        column = index.shard(lake, s).read(columns=["text"]).column("text").to_pylist()
         for i in np.flatnonzero(index.shard_of == s).tolist():
             (texts if i in held else training).append(column[int(index.row_of[i])])
     ppl = perplexity(fp32, texts, e.confidence)

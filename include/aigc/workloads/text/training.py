@@ -48,7 +48,7 @@ class TextTrainingTask(TrainingTask):
         if s in self._shard_texts:
             self._shard_texts.move_to_end(s)
             return self._shard_texts[s]
-        texts = self.lake.parquet_file(self.index.shards[s]).read(columns=["text"]).column("text").to_pylist()
+        texts = self.index.shard(self.lake, s).read(columns=["text"]).column("text").to_pylist()
         self.read_shards += 1
         self._shard_texts[s] = texts
         while len(self._shard_texts) > 2:
