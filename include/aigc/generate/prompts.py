@@ -83,9 +83,10 @@ def claim_prompt_file(lake: Lake, dataset: str, now: dt.datetime | None = None) 
             claim = lake.get_json(claim_key)
         except ObjectNotFound:
             claim = None
-        if claim and claim.get("version") == version and not _lost(claim, now):
+        if claim and claim.get("file_version") == version and not _lost(claim, now):
             continue
-        found = {"date": date, "prompts_key": key, "prompts_uri": lake.url(key), "size": size, "version": version,
+        # "file_version", not "version": an event's "version" names the model a deployment made (runtime.py).
+        found = {"date": date, "prompts_key": key, "prompts_uri": lake.url(key), "size": size, "file_version": version,
                  "sha256": _streamed_sha256(lake, key), "claimed_at": now.isoformat(timespec="seconds"),
                  "acknowledged_by": None}
 
