@@ -7,7 +7,6 @@ import hashlib
 import io
 import os
 import random
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,19 +23,23 @@ from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
-    IncompleteReadError,
     NoCredentialsError,
     PartialCredentialsError,
-    ReadTimeoutError,
-    ResponseStreamingError,
 )
-from botocore.parsers import ResponseParserError
 
 from aigc.lake.base import Lake, ObjectCorrupt, ObjectNotFound, PreconditionFailed, _check_sha256
-from aigc.lake.keys import LakeKeyError, join, validate_key
+from aigc.lake.keys import join, validate_key
+from aigc.lake.s3_replies import (
+    ClosingParquetWriter,
+    CutReply,
+    LakeRequestFailed,
+    RangeReader,
+    SpooledUpload,
+    attempts,
+    require,
+)
 
 
 @dataclass(frozen=True)
@@ -103,28 +106,6 @@ def _unreachable(lake: S3Lake, error: Exception) -> LakeUnreachable | None:
     return LakeUnreachable(lake.explain(error)) if refused or isinstance(error, _UNREACHABLE) else None
 
 
-class LakeRequestFailed(RuntimeError):
-    """An S3 request that failed after its retries: the message names the operation, the object and the lake."""
-
-
-class _CutReply(Exception):
-    """A reply that cannot be the whole of one: headers it must have are missing (urllib3 only logs headers cut
-    part-way), or a body shorter than its own Content-Length. Never trusted: the request is made again."""
-
-
-# A reply cut off after it began: botocore's retry loop has already returned by then. (botocore's StreamingBody
-# turns urllib3's protocol errors and read timeouts into the first four; a cut XML body fails its parser.)
-_CUT_BODY = (ResponseStreamingError, IncompleteReadError, ReadTimeoutError, ConnectionClosedError,
-             ResponseParserError, _CutReply)
-
-
-def _require(reply: dict, *fields: str) -> dict:
-    missing = [f for f in fields if reply.get(f) is None]
-    if missing:
-        raise _CutReply(f"the reply has no {', '.join(missing)} (its headers were cut)")
-    return reply
-
-
 def _failed(lake: S3Lake, error: Exception, key: str | None) -> Exception:
     if unreachable := _unreachable(lake, error):
         return unreachable
@@ -164,89 +145,6 @@ def _assumed_role_session(o: S3Options) -> boto3.session.Session:
     botocore_session = get_session()
     botocore_session._credentials = RefreshableCredentials.create_from_metadata(assume(), assume, "assume-role")
     return boto3.session.Session(botocore_session=botocore_session, region_name=o.region)
-
-
-class _RangeReader(io.RawIOBase):
-    """A file over one version of an S3 object, each read a checked, retried ranged GET (``S3Lake.open_input``)."""
-
-    def __init__(self, lake: S3Lake, key: str, size: int, etag: str) -> None:
-        super().__init__()
-        self.lake, self.key, self.size, self.etag, self.pos = lake, key, size, etag, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self.pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence] + offset
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
-        if end <= self.pos:
-            return b""
-        data = self.lake._read_range(self.key, self.pos, end, self.etag)
-        self.pos = end
-        return data
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-
-class _SpooledUpload(io.RawIOBase):
-    """A write stream to ``key``: spooled to a temporary file, uploaded whole when closed (``S3Lake.open_output``)."""
-
-    def __init__(self, lake: S3Lake, key: str) -> None:
-        super().__init__()
-        self.lake, self.key = lake, key
-        self.spool = tempfile.TemporaryFile(prefix="aigc-upload-")  # noqa: SIM115 - closed by close()
-        self.size = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        n = self.spool.write(data)
-        self.size += n
-        return n
-
-    def tell(self) -> int:
-        return self.size
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            if self.size > self.lake.options.multipart_threshold_bytes:
-                self.lake._upload(self.key, self.spool, self.size)
-            else:
-                self.spool.seek(0)
-                self.lake._put(self.key, self.spool.read())
-        finally:
-            self.spool.close()
-            super().close()
-
-
-class _ClosingParquetWriter(pq.ParquetWriter):
-    """A ParquetWriter over a stream it was handed, which closing the writer closes too (uploading it)."""
-
-    def __init__(self, sink: pa.NativeFile, schema: pa.Schema, **kwargs) -> None:
-        super().__init__(sink, schema, **kwargs)
-        self._sink = sink
-
-    def close(self) -> None:
-        super().close()
-        self._sink.close()
 
 
 class S3Lake(Lake):
@@ -314,16 +212,16 @@ class S3Lake(Lake):
             extra["IfMatch"] = if_match
         if not extra and len(data) > self.options.multipart_threshold_bytes:
             return self._upload(key, io.BytesIO(data), len(data))
-        for attempt in self._attempts("PutObject", key):
+        for attempt in attempts(self, "PutObject", key):
             with attempt:
                 try:
-                    return _require(self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **extra),
+                    return require(self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **extra),
                                     "ETag")["ETag"]
                 except ClientError as e:
                     if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
                         raise PreconditionFailed(f"conditional write to {self.url(key)} lost a race: {e}") from None
                     raise
-                except _CutReply:
+                except CutReply:
                     if extra:  # it may have landed: the caller's compare-and-swap tells its own write from a rival's
                         raise PreconditionFailed(f"conditional write to {self.url(key)}: its reply was cut, so it "
                                                  "may or may not have landed") from None
@@ -337,55 +235,28 @@ class S3Lake(Lake):
             if e.response["Error"]["Code"] in ("NoSuchKey", "404"):
                 raise ObjectNotFound(f"{self.url(key)} does not exist") from None
             raise
-        _require(obj, "ContentLength", "ETag")  # without them a short body would pass for the whole object
+        require(obj, "ContentLength", "ETag")  # without them a short body would pass for the whole object
         body = obj["Body"].read()
         if len(body) != obj["ContentLength"]:
-            raise _CutReply(f"{len(body)} bytes of the {obj['ContentLength']} its headers announced")
+            raise CutReply(f"{len(body)} bytes of the {obj['ContentLength']} its headers announced")
         return body, obj["ETag"]
 
     def _get(self, key: str) -> tuple[bytes, str]:
         """GET with the body read inside the retry: botocore retries the request, not a body cut
         mid-way (a reset connection, a short read) nor a reply whose headers were cut, so such a
         reply is fetched again, with backoff."""
-        for attempt in self._attempts("GetObject", key):
+        for attempt in attempts(self, "GetObject", key):
             with attempt:
                 return self._get_once(key)
         raise AssertionError("unreachable")
 
-    def _attempts(self, operation: str, key: str | None):
-        """Attempts at one request, each a context that swallows a cut reply (and sleeps, jittered) until the last,
-        which raises LakeRequestFailed naming the operation, the object and what was cut."""
-        lake = self
-
-        class Attempt:
-            def __init__(self, n: int) -> None:
-                self.n = n
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, kind, error, _tb) -> bool:
-                # botocore raises ValueError for a header value cut part-way (a timestamp it cannot parse)
-                cut = isinstance(error, _CUT_BODY) or isinstance(error, ValueError) and \
-                    not isinstance(error, LakeKeyError)
-                if error is None or not cut:
-                    return False
-                if self.n == lake.options.max_attempts:
-                    target = lake.url(key) if key is not None else lake.uri
-                    raise LakeRequestFailed(f"{operation} {target}: the reply was cut off {self.n} times in a row "
-                                            f"({type(error).__name__}: {error}); {lake._what_to_check()}") from error
-                time.sleep(min(2.0, 0.05 * 2**self.n) * random.uniform(0.5, 1.5))
-                return True
-
-        return (Attempt(n) for n in range(1, self.options.max_attempts + 1))
-
     def _head(self, key: str) -> dict | None:
         """HEAD, whose reply must carry the object's size and ETag: a reply whose headers were cut is asked again,
         never read as a size of 0."""
-        for attempt in self._attempts("HeadObject", key):
+        for attempt in attempts(self, "HeadObject", key):
             with attempt:
                 head = self._head_once(key)
-                return head if head is None else _require(head, "ContentLength", "ETag")
+                return head if head is None else require(head, "ContentLength", "ETag")
         raise AssertionError("unreachable")
 
     def _upload(self, key: str, f, size: int) -> str:
@@ -393,16 +264,16 @@ class S3Lake(Lake):
         upload made again if it fails or if the object it leaves is not ``size`` bytes (a cut reply to the
         completion); returns the stored ETag."""
         transfer = TransferConfig(multipart_threshold=self.options.multipart_threshold_bytes)
-        for attempt in self._attempts("multipart upload", key):
+        for attempt in attempts(self, "multipart upload", key):
             with attempt:
                 f.seek(0)
                 try:
                     self.client.upload_fileobj(f, self.bucket, self._k(key), Config=transfer)
                 except (BotoCoreError, S3TransferFailed) as e:
-                    raise _CutReply(f"the upload failed: {type(e).__name__}: {e}") from e
+                    raise CutReply(f"the upload failed: {type(e).__name__}: {e}") from e
                 head = self._head(key)
                 if head is None or head["ContentLength"] != size:
-                    raise _CutReply(f"the completed upload holds {head and head['ContentLength']} bytes, not {size}")
+                    raise CutReply(f"the completed upload holds {head and head['ContentLength']} bytes, not {size}")
                 return head["ETag"]
         raise AssertionError("unreachable")
 
@@ -410,20 +281,20 @@ class S3Lake(Lake):
         """A writer that spools to a local temporary file and uploads on close, with our retries (a PUT, or parts
         past ``multipart_threshold_bytes``): pyarrow's own S3 stream fails the whole write when one reply to its
         multipart completion is cut."""
-        return pa.PythonFile(_SpooledUpload(self, validate_key(key)), mode="w")
+        return pa.PythonFile(SpooledUpload(self, validate_key(key)), mode="w")
 
     def parquet_writer(self, key: str, schema: pa.Schema, **kwargs) -> pq.ParquetWriter:
         kwargs.setdefault("compression", "zstd")
-        return _ClosingParquetWriter(self.open_output(key), schema, **kwargs)
+        return ClosingParquetWriter(self.open_output(key), schema, **kwargs)
 
     def _read_range(self, key: str, start: int, end: int, etag: str) -> bytes:
         """Bytes [start, end) of the version ``etag`` of ``key``: exactly that many, or fetched again."""
-        for attempt in self._attempts("GetObject (range)", key):
+        for attempt in attempts(self, "GetObject (range)", key):
             with attempt:
                 obj = self._get_range_once(key, start, end, etag)
                 body = obj["Body"].read()
                 if len(body) != end - start:
-                    raise _CutReply(f"{len(body)} bytes of the {end - start} asked for")
+                    raise CutReply(f"{len(body)} bytes of the {end - start} asked for")
                 return body
         raise AssertionError("unreachable")
 
@@ -437,7 +308,7 @@ class S3Lake(Lake):
                 raise ObjectCorrupt(f"{self.url(key)} was replaced while it was being read (its ETag is no longer "
                                     f"{etag}): read it again from the start") from None
             raise
-        return _require(obj, "ContentLength", "ETag")
+        return require(obj, "ContentLength", "ETag")
 
     def _read_verified(self, key: str, sha256: str) -> bytes:
         """A GET checked against the writer's SHA-256: a reply that differs (cut in a way nothing else caught) is
@@ -464,7 +335,7 @@ class S3Lake(Lake):
         if size is not None and head["ContentLength"] != size:
             raise ObjectCorrupt(f"{self.url(key)} holds {head['ContentLength']} bytes where its writer recorded "
                                 f"{size}")
-        return pa.PythonFile(_RangeReader(self, key, head["ContentLength"], head["ETag"]), mode="r")
+        return pa.PythonFile(RangeReader(self, key, head["ContentLength"], head["ETag"]), mode="r")
 
     @_explained
     def _head_once(self, key: str) -> dict | None:
@@ -496,12 +367,12 @@ class S3Lake(Lake):
         strip = len(self.prefix) + 1 if self.prefix else 0
         paginator = self.client.get_paginator("list_objects_v2")
         extra = {} if recursive else {"Delimiter": "/"}
-        for attempt in self._attempts("ListObjectsV2", prefix):
+        for attempt in attempts(self, "ListObjectsV2", prefix):
             with attempt:
                 try:
                     return [(obj["Key"][strip:], obj["Size"], obj["ETag"])
                             for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix), **extra)
-                            for obj in _require(page, "IsTruncated").get("Contents", [])]
+                            for obj in require(page, "IsTruncated").get("Contents", [])]
                 except (ClientError, *_UNREACHABLE) as e:
                     raise _failed(self, e, prefix) from e
         raise AssertionError("unreachable")
@@ -515,7 +386,7 @@ class S3Lake(Lake):
         keys = self.list(prefix)
         for i in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
             batch = [{"Key": self._k(k)} for k in keys[i : i + 1000]]
-            for attempt in self._attempts("DeleteObjects", prefix):  # deleting again is harmless
+            for attempt in attempts(self, "DeleteObjects", prefix):  # deleting again is harmless
                 with attempt:
                     self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
                     break
