@@ -4,33 +4,20 @@ import dataclasses
 
 import pytest
 
-from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake.keys import join
-from aigc.prepare import make_raw_drop, prepare, publish_prepared
+from aigc.prepare import prepare, publish_prepared
 from aigc.prepare.delivery import SNAPSHOT, DropChanged
 from aigc.prepare.drop import drop_prefix
 from aigc.prepare.fanout import merge_parts, plan_prepare, prepare_part
 from aigc.prepare.run import MANIFEST
-from aigc.workloads import load_workload
-
-DATE = "2026-11-28"
-RAW = RawDropConfig(n=200, seed=3, dirt_rate=0.1, records_per_file=70)
-CFG = PrepareConfig(workers=1, min_caption_chars=3)
-RULES = load_workload("image").records(None)
-
-
-@pytest.fixture
-def drop(lake):
-    raw = lake.sub("raw/shapes")
-    make_raw_drop(raw, DATE, RAW)
-    return raw
+from tests.unit.prepare.test_fanout import CFG, DATE, RULES, drop  # noqa: F401 - drop: the fixture
 
 
 def _everything(lake, prefix: str) -> dict[str, bytes]:
     return {key: lake.get_bytes(key) for key in lake.list(prefix)}
 
 
-def test_a_run_reads_the_drop_byte_for_byte_and_records_what_it_read(lake, drop):
+def test_a_run_reads_the_drop_byte_for_byte_and_records_what_it_read(lake, drop):  # noqa: F811 - the fixture
     before = _everything(drop, "")
     summary = prepare(drop, lake, DATE, CFG)
     publish_prepared(lake, "shapes", DATE, summary["run_id"])
@@ -48,7 +35,7 @@ def test_a_run_reads_the_drop_byte_for_byte_and_records_what_it_read(lake, drop)
     assert len(listed) == len(before) and "redelivered" not in summary
 
 
-def test_a_drop_delivered_again_with_other_bytes_is_reported_by_the_next_run_of_its_date(lake, drop):
+def test_a_drop_delivered_again_with_other_bytes_is_reported_by_the_next_run_of_its_date(lake, drop):  # noqa: F811 - the fixture
     first = prepare(drop, lake, DATE, CFG)
     publish_prepared(lake, "shapes", DATE, first["run_id"])
     image = next(k for k in drop.list(join(drop_prefix(DATE), "images")))
@@ -65,7 +52,7 @@ def test_a_drop_delivered_again_with_other_bytes_is_reported_by_the_next_run_of_
     assert unchanged["redelivered"]["replaced"] == 1
 
 
-def test_a_drop_replaced_between_the_parts_of_a_run_fails_it_instead_of_mixing_two_deliveries(lake, drop):
+def test_a_drop_replaced_between_the_parts_of_a_run_fails_it_instead_of_mixing_two_deliveries(lake, drop):  # noqa: F811 - the fixture
     """Fails without the snapshot: part 1 read the new delivery, part 0 the old one, and the merge published both."""
     cfg = dataclasses.replace(CFG, parts=2)
     plan = plan_prepare(drop, lake, DATE, cfg, "20261128T000000-mix")
@@ -76,7 +63,7 @@ def test_a_drop_replaced_between_the_parts_of_a_run_fails_it_instead_of_mixing_t
         prepare_part(drop, lake, plan, plan["parts"][1], cfg, RULES)
 
 
-def test_a_drop_replaced_after_the_last_part_fails_the_merge(lake, drop):
+def test_a_drop_replaced_after_the_last_part_fails_the_merge(lake, drop):  # noqa: F811 - the fixture
     cfg = dataclasses.replace(CFG, parts=2)
     plan = plan_prepare(drop, lake, DATE, cfg, "20261128T000000-late")
     for part in plan["parts"]:
