@@ -45,6 +45,11 @@ class JsonLimits:
     def __post_init__(self) -> None:
         check_limits(self)
 
+    @classmethod
+    def of(cls, cfg: object, section: str) -> JsonLimits:
+        """The bounds a config class sets with fields of the same names (``PrepareConfig``, ``GenerateConfig``)."""
+        return cls(**{name: getattr(cfg, name) for name in RANGES}, section=section)
+
     def hint(self, name: str) -> str:
         if not self.section:
             return ""

@@ -130,8 +130,7 @@ class PrepareConfig:
         """The bounds on one raw line (``aigc.jsonlines``)."""
         from aigc.jsonlines import JsonLimits
 
-        return JsonLimits(self.max_line_bytes, self.max_json_depth, self.max_json_int_digits, self.max_json_values,
-                          section="prepare")
+        return JsonLimits.of(self, "prepare")
 
 
 @dataclass(frozen=True)

@@ -153,8 +153,7 @@ class GenerateConfig:
         """The bounds on one line of a prompt file (``aigc.jsonlines``)."""
         from aigc.jsonlines import JsonLimits
 
-        return JsonLimits(self.max_line_bytes, self.max_json_depth, self.max_json_int_digits, self.max_json_values,
-                          section="generate")
+        return JsonLimits.of(self, "generate")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ bounds, and pins it (``aigc.generate.pinned``); a line that is not a prompt is a
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import random
 from importlib import resources
@@ -87,7 +86,7 @@ def claim_prompt_file(lake: Lake, dataset: str, now: dt.datetime | None = None) 
             continue
         # "file_version", not "version": an event's "version" names the model a deployment made (runtime.py).
         found = {"date": date, "prompts_key": key, "prompts_uri": lake.url(key), "size": size, "file_version": version,
-                 "sha256": _streamed_sha256(lake, key), "claimed_at": now.isoformat(timespec="seconds"),
+                 "sha256": lake.digest(key)[0], "claimed_at": now.isoformat(timespec="seconds"),
                  "acknowledged_by": None}
 
         def take(previous: dict | None, found=found) -> dict:
@@ -101,14 +100,6 @@ def claim_prompt_file(lake: Lake, dataset: str, now: dt.datetime | None = None) 
             continue
         return found
     return None
-
-
-def _streamed_sha256(lake: Lake, key: str) -> str:
-    digest = hashlib.sha256()
-    with lake.open_input(key) as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _lost(claim: dict, now: dt.datetime) -> bool:

@@ -95,15 +95,8 @@ def publish(lake: Lake, partition: str, run_id: str, companions: Sequence[str] =
     previous = seen["previous"]
     superseded = None if keep_superseded or not previous else previous.get("previous_run_id")
     for part in (partition, *companions):
-        _collect_garbage(lake, part, keep={run_id, pointer["previous_run_id"]}, superseded=superseded,
-                         published=_ever_published(lake, part) if keep_superseded else set())
+        _collect_garbage(lake, part, keep={run_id, pointer["previous_run_id"]}, superseded=superseded)
     return pointer
-
-
-def _ever_published(lake: Lake, partition: str) -> set[str]:
-    """Every run a kept partition has published: their folders hold ``_PUBLISHED_RUN.json``."""
-    return {k[len(partition) + 1:].split("/", 1)[0].removeprefix("run=")
-            for k in lake.list(partition) if k.endswith("/" + PUBLISHED_RUN)}
 
 
 PUBLISHED_RUN = "_PUBLISHED_RUN.json"
@@ -111,15 +104,17 @@ PUBLISHED_RUN = "_PUBLISHED_RUN.json"
 attempt, whatever its age."""
 
 
-def _collect_garbage(lake: Lake, partition: str, keep: set, superseded: str | None, published: set[str]) -> None:
+def _collect_garbage(lake: Lake, partition: str, keep: set, superseded: str | None) -> None:
     from aigc.lake import refs
 
     stale_before = dt.datetime.now(dt.UTC) - STALE_AFTER
-    folders = {k[len(partition) + 1 :].split("/", 1)[0] for k in lake.list(partition) if "/run=" in k}
+    keys = [k[len(partition) + 1:] for k in lake.list(partition) if "/run=" in k]
+    folders = {k.split("/", 1)[0] for k in keys}
+    published = {k.split("/", 1)[0] for k in keys if k.endswith("/" + PUBLISHED_RUN)}  # content: kept for good
     for folder in folders:
         run_id = folder.removeprefix("run=")
         started = run_started(run_id)
-        if run_id in keep or run_id in published:
+        if run_id in keep or folder in published:
             continue
         if run_id == superseded or (started is not None and started < stale_before):
             run = join(partition, folder)

@@ -79,6 +79,6 @@ def _curated_links(lake: Lake, run: str, part: dict) -> list[dict]:
 
 def _verified(lake: Lake, key: str, sha256: str) -> bool | None:
     try:
-        return hashlib.sha256(lake.get_bytes(key)).hexdigest() == sha256
+        return lake.digest(key)[0] == sha256  # streamed: a large model's weights are never held whole
     except ObjectNotFound:
         return False
