@@ -26,6 +26,7 @@ log = logging.getLogger("aigc")
 
 
 def _config(args: argparse.Namespace) -> PipelineConfig:
+    _check_request(args)
     cfg = preset(args.preset, getattr(args, "workload__name", None))
     if getattr(args, "config_json", None):  # a torchrun worker gets the launcher's resolved configuration
         return cfg.override(json.loads(args.config_json))
@@ -37,6 +38,16 @@ def _config(args: argparse.Namespace) -> PipelineConfig:
             if value is not None:
                 changes.setdefault(section, {})[name] = value
     return cfg.override(changes)
+
+
+def _check_request(args: argparse.Namespace) -> None:
+    """The trigger's check (aigc.config.access), with the operator's policy: whoever runs ``aigc`` is the operator,
+    so no allow-list of the deployment's applies (they bind the form, the REST API and asset events)."""
+    from aigc.config.access import AccessPolicy, check_request
+
+    values = {"workload": getattr(args, "workload__name", None), "raw_uri": getattr(args, "raw", None),
+              "prompts_uri": getattr(args, "prompts_uri", None)}
+    check_request({k: v for k, v in values.items() if v is not None}, AccessPolicy.operator())
 
 
 def _raw_lake(args: argparse.Namespace, cfg: PipelineConfig):
@@ -366,7 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
         TrainingGateThresholds,
     )
 
-    parser = argparse.ArgumentParser(prog="aigc", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="aigc", description=__doc__.splitlines()[0],
+        epilog="Whoever runs aigc is the operator: the deployment's limits on what a trigger may ask for "
+               "(AIGC_ALLOWED_ROOTS, AIGC_ALLOWED_WORKLOADS, AIGC_MAX_*) bind the Airflow form, the REST API and "
+               "asset events, not this command.")
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING …")
     sub = parser.add_subparsers(dest="command", required=True)
 

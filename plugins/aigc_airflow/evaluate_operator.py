@@ -47,9 +47,9 @@ class EvaluateOperator(BaseOperator):
         from aigc.evaluate.metrics import NoScorer
         from aigc.stages import EVALUATE
 
+        cfg = pipeline_config(run_params(context))  # first: refused values read and write nothing
         lake = open_task_lake()
         hold_partition_or_fail(context, lake)
-        cfg = pipeline_config(run_params(context))
         try:
             summary = EVALUATE.produce(lake, self.generation, cfg,
                                        run_id=dag_run_scoped_id(context, cfg, "evaluate"))

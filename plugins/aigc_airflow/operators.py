@@ -41,9 +41,9 @@ class QualityGateOperator(BaseOperator):
         from aigc.quality import GateFailed
         from aigc.stages import GATES
 
+        cfg = pipeline_config(run_params(context))  # first: refused values read and write nothing
         lake = open_task_lake()
         hold_partition_or_fail(context, lake)  # gate 3 writes the registry, every gate writes its results
-        cfg = pipeline_config(run_params(context))
         try:
             result = GATES[self.gate].gate(lake, cfg, self.prepared)
         except GateFailed as e:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 
 from airflow.sdk import Param
 
+from aigc.config.access import URI_FIELDS, AccessPolicy
 from aigc.config.form import fields_of
-from aigc.config.workload import NAME_PATTERN
+from aigc_airflow.runtime import access_policy
 
 # The form's preset when a user presses Trigger unchanged (and for scheduled and asset-triggered runs): a
 # deployment sets it (a laptop: demo; a CI cluster: smoke); the full-size "default" otherwise.
@@ -16,26 +18,31 @@ DEFAULT_PRESET = os.environ.get("AIGC_DEFAULT_PRESET", "default")
 DEFAULT_WORKLOAD = os.environ.get("AIGC_DEFAULT_WORKLOAD", "image")
 
 
-def params_for(*stages: str) -> dict[str, Param]:
-    """The trigger form of a DAG that runs ``stages``: the preset, then each stage's fields in the table's order."""
+def params_for(*stages: str, policy: AccessPolicy | None = None) -> dict[str, Param]:
+    """The trigger form of a DAG that runs ``stages``: the preset, then each stage's fields in the table's order,
+    within what the deployment allows (``policy``, default the deployment's: its workloads, roots and bounds). The
+    form and the REST API refuse a value outside at trigger time; every task checks again (run_params), for the
+    runs asset events start."""
+    policy = policy or access_policy()
     params = {"preset": Param(DEFAULT_PRESET, enum=["default", "demo", "smoke"], title="Preset",
                               description="Named configuration: 'demo' is small enough for a laptop in minutes; "
                                           "'smoke' checks a deployment end to end in about one (its model is not "
                                           "meant to be good). The fields below override it."),
-              "workload": Param(DEFAULT_WORKLOAD, type="string", title="Workload", pattern=NAME_PATTERN,
-                                examples=sorted({DEFAULT_WORKLOAD, *_findable_workloads()}),
-                                description="The model and data every stage runs: 'image' (built in), an installed "
-                                            "package's entry point (group aigc.workloads), or "
-                                            "'package.module:ATTRIBUTE'. A run started by another stage's asset "
-                                            "carries on with that run's workload.")}
+              "workload": Param(DEFAULT_WORKLOAD, type="string", title="Workload", enum=list(policy.workloads),
+                                description="The model and data every stage runs: the workloads this deployment "
+                                            "allows (AIGC_ALLOWED_WORKLOADS). A run started by another stage's "
+                                            "asset carries on with that run's workload.")}
     for f in fields_of(stages):
         schema: dict = {"title": f.title, "section": f.section}
         if f.description:
             schema["description"] = f.description
         if f.minimum is not None:
             schema["minimum"] = f.minimum
-        if f.maximum is not None:
-            schema["maximum"] = f.maximum
+        if policy.maximum(f) is not None:
+            schema["maximum"] = policy.maximum(f)
+        if f.param in URI_FIELDS:
+            schema["description"] = f"{f.description} Allowed roots (AIGC_ALLOWED_ROOTS): {', '.join(policy.roots)}."
+            schema["pattern"] = _under_roots(policy.roots, lake_keys=f.param == "prompts_uri")
         if f.type == "boolean":
             params[f.param] = Param(f.default, type="boolean", **schema)
             continue
@@ -47,8 +54,11 @@ def params_for(*stages: str) -> dict[str, Param]:
     return params
 
 
-def _findable_workloads() -> list[str]:
-    """The workloads a plain name finds (built in, entry points): the form proposes them, and takes any other."""
-    from aigc.workloads.registry import available
-
-    return list(available())
+def _under_roots(roots: tuple[str, ...], lake_keys: bool) -> str:
+    """A JSON-schema pattern for a value under one of ``roots`` (and, for a prompt file, a bare lake key), with no
+    '.' or '..' segment: the form's first check. The tasks' (aigc.config.access) compares real paths."""
+    no_dots = r"(?!.*(^|/)\.\.?(/|$))"
+    alternatives = [re.escape(r.rstrip("/")) + r"(/.*)?" for r in roots]
+    if lake_keys:
+        alternatives.append(r"[^/:]+(/.*)?")
+    return f"^{no_dots}({'|'.join(alternatives)})$"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -68,17 +69,60 @@ def s3_options_from_connection(fallback):
     )
 
 
+def deployment_setting(name: str) -> str | None:
+    """An operator's setting ``AIGC_<NAME>``: ``[aigc] <name>`` in airflow.cfg (or AIRFLOW__AIGC__<NAME>), else the
+    environment variable itself. Never a trigger's: neither is reachable from a form, the REST API or an event."""
+    from airflow.configuration import conf
+
+    value = conf.get("aigc", name.removeprefix("AIGC_").lower(), fallback=None)
+    return value if value is not None else os.environ.get(name)
+
+
+def access_policy():
+    """The lake roots, workloads and resource bounds this deployment lets a trigger ask for (aigc.config.access)."""
+    from aigc.config.access import AccessPolicy
+
+    return AccessPolicy.deployment(os.environ.get("AIGC_LAKE_URI") or _default_lake_uri(), deployment_setting)
+
+
+def _default_lake_uri() -> str:
+    from aigc.lake import default_lake_uri
+
+    return default_lake_uri()
+
+
+def refused(e: Exception):
+    """A trigger's refused value as the task's failure: no retry (the same values would be refused again)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    return AirflowFailException(f"this run's values are refused before anything was read or written: {e}")
+
+
 def triggering_events(context: dict[str, Any]) -> list[dict]:
     """The asset events that started this run (none for a scheduled, manual or backfill run), oldest first, as
-    {"asset": name, "extra": …}; a watcher's event has its trigger's payload as its extra."""
-    events = []
+    {"asset": name, "extra": …}; a watcher's event has its trigger's payload as its extra. Each extra is checked as
+    a form's values are (aigc.config.access.check_event), before the task does anything: a refused event is left out
+    and logged (Airflow may fold it into one run with a stage's own event), and a run started by refused events
+    only fails."""
+    from aigc.config.access import Refused, check_event
+
+    events, refusals, policy = [], [], None
     for asset, asset_events in (context.get("triggering_asset_events") or {}).items():
         for e in asset_events:
             extra = dict(e.extra or {})
             if extra.get("from_trigger"):
                 extra = dict(extra.get("payload") or {})
+            policy = policy or access_policy()
+            try:
+                extra = check_event(extra, policy)
+            except Refused as err:
+                log.error("an event of %s is left out: %s", getattr(asset, "name", asset), err)
+                refusals.append(err)
+                continue
             events.append({"asset": getattr(asset, "name", str(asset)), "extra": extra,
                            "timestamp": e.timestamp})
+    if refusals and not events:
+        raise refused(refusals[-1])
     return sorted(events, key=lambda e: e["timestamp"])
 
 
@@ -102,14 +146,19 @@ def newest_event(context: dict[str, Any]) -> dict | None:
 
 
 def run_params(context: dict[str, Any]) -> dict[str, Any]:
-    """The run's form values. A run started by asset events has no form of its own: it carries on with the
-    values of the run that published what it consumes (its preset, its overrides), so a chain started from a
-    form with preset=demo stays a demo chain."""
+    """The run's form values, checked against what the deployment allows (aigc.config.access: the same check for
+    the form, the REST API and an event). A run started by asset events has no form of its own: it carries on
+    with the values of the run that published what it consumes (its preset, its overrides), so a chain started
+    from a form with preset=demo stays a demo chain."""
+    from aigc.config.access import Refused, check_request
+
     own = dict(context["params"])
     event = newest_event(context)
-    if event and isinstance(event.get("params"), dict):
-        return {**own, **event["params"]}
-    return own
+    values = {**own, **event["params"]} if event and isinstance(event.get("params"), dict) else own
+    try:
+        return check_request(values, access_policy())
+    except Refused as e:
+        raise refused(e) from None
 
 
 def partition_date(context: dict[str, Any]) -> dt.date:

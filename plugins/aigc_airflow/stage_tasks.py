@@ -32,7 +32,7 @@ from aigc_airflow.assets import (
 from aigc_airflow.evaluate_operator import EvaluateOperator
 from aigc_airflow.operators import QualityGateOperator
 from aigc_airflow.params import params_for
-from aigc_airflow.runtime import newest_event
+from aigc_airflow.runtime import newest_event, run_params
 from aigc_airflow.train_operator import DistributedTrainOperator
 
 log = logging.getLogger(__name__)
@@ -87,10 +87,11 @@ def run_config(hold: bool = True):
     from aigc_airflow.runtime import hold_partition_or_fail, open_task_lake, partition_date, pipeline_config, run_params
 
     context = get_current_context()
+    cfg = pipeline_config(run_params(context))  # first: a refused trigger reads and writes nothing
     lake = open_task_lake()
     if hold:
         hold_partition_or_fail(context, lake)
-    return context, pipeline_config(run_params(context)), lake, partition_date(context)
+    return context, cfg, lake, partition_date(context)
 
 
 def announced(context, summary: dict) -> dict:
@@ -189,7 +190,7 @@ def prepare_tasks():
             from aigc.stages import PREPARE
 
             context, cfg, lake, date = run_config()
-            return PREPARE.make_raw(_raw_lake(lake, cfg, context["params"]), date, cfg)
+            return PREPARE.make_raw(_raw_lake(lake, cfg, run_params(context)), date, cfg)
 
         @task.sensor(poke_interval=300, timeout=6 * 3600, mode="reschedule")
         def wait_for_drop():
@@ -197,7 +198,7 @@ def prepare_tasks():
             from aigc.prepare.drop import SUCCESS, drop_prefix
 
             context, cfg, lake, date = run_config()
-            return _raw_lake(lake, cfg, context["params"]).exists(join(drop_prefix(date), SUCCESS))
+            return _raw_lake(lake, cfg, run_params(context)).exists(join(drop_prefix(date), SUCCESS))
 
         @task(trigger_rule="none_failed_min_one_success")
         def plan_drop() -> dict:
@@ -206,7 +207,7 @@ def prepare_tasks():
             from aigc_airflow.runtime import dag_run_scoped_id
 
             context, cfg, lake, date = run_config()
-            return PREPARE.plan(_raw_lake(lake, cfg, context["params"]), lake, date, cfg,
+            return PREPARE.plan(_raw_lake(lake, cfg, run_params(context)), lake, date, cfg,
                                 run_id=dag_run_scoped_id(context, cfg, "prepare"))
 
         @task
@@ -219,7 +220,7 @@ def prepare_tasks():
             from aigc.stages import PREPARE
 
             context, cfg, lake, _date = run_config()
-            done = PREPARE.part(_raw_lake(lake, cfg, context["params"]), lake, plan, part, cfg)
+            done = PREPARE.part(_raw_lake(lake, cfg, run_params(context)), lake, plan, part, cfg)
             return {k: done[k] for k in ("index", "lines", "candidates", "rejected", "seconds")}
 
         @task(execution_timeout=task_timeout("merge_parts"))
@@ -228,7 +229,7 @@ def prepare_tasks():
             from aigc.stages import PREPARE
 
             context, cfg, lake, _date = run_config()
-            return PREPARE.merge(_raw_lake(lake, cfg, context["params"]), lake, plan, cfg)
+            return PREPARE.merge(_raw_lake(lake, cfg, run_params(context)), lake, plan, cfg)
 
         @task(outlets=[CURATED])
         def publish_curated(prepared: dict) -> dict:

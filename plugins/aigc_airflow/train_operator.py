@@ -46,9 +46,9 @@ class DistributedTrainOperator(BaseOperator):
         from aigc.devices import processes_per_node
         from aigc.stages import TRAIN
 
+        cfg = pipeline_config(run_params(context))  # first: refused values read and write nothing
         lake = open_task_lake()
         hold_partition_or_fail(context, lake)
-        cfg = pipeline_config(run_params(context))
         run_id = training_run_id(context, cfg)
         self.log.info("training run %s: %s process(es) per node × %s node(s), this is node %d", run_id,
                       processes_per_node(cfg.train.nproc), cfg.train.nnodes, self.node_rank)

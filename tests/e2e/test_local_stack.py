@@ -273,3 +273,44 @@ def test_events_of_one_asset_that_come_between_two_scheduler_loops_are_all_consu
     by_run = local_stack.wait_until(consumed_by_run, 300, "runs of aigc_evaluate to consume the events posted "
                                     "together", interval=2)
     assert list(by_run.values()) == [posted], by_run
+
+
+def test_a_trigger_outside_what_the_deployment_allows_is_refused_and_reads_and_writes_nothing(local_stack, day,
+                                                                                              tmp_path):
+    """A trigger-only user names a producer's folder the deployment does not list, and a module of their choosing
+    as the workload: the REST API refuses both at trigger time (the form's schema), and an asset event carrying the
+    same values (which no form checks) starts a run that fails in its first task, having imported nothing and
+    touched nothing. The planted module sits where every Airflow process can import it ($AIRFLOW_HOME/config)."""
+    outside = tmp_path / "someone-elses-drops"
+    drop = outside / f"dt={day}"
+    drop.mkdir(parents=True)
+    (drop / "records-00000.jsonl").write_text('{"id": "theirs"}\n')
+    (drop / "_SUCCESS").write_text("")
+    before = {p: p.read_bytes() for p in drop.rglob("*")}
+    marker = tmp_path / "imported"
+    (local_stack.home / "config").mkdir(exist_ok=True)
+    (local_stack.home / "config" / "planted_workload.py").write_text(f"open({str(marker)!r}, 'w')\nW = None\n")
+    for conf in ({"preset": "smoke", "drop": "producer", "raw_uri": str(outside)},
+                 {"preset": "smoke", "workload": "planted_workload:W"},
+                 {"preset": "smoke", "prepare_parts": 4096}):
+        with pytest.raises(AssertionError, match="-> 400"):
+            local_stack.trigger(conf, logical_date=None, dag_id="aigc_prepare")
+
+    asset, = (a for a in local_stack.api("GET", "/api/v2/assets?limit=100")["assets"]
+              if a["name"] == "aigc_curated_shapes")
+    probe = uuid.uuid4().hex
+    local_stack.api("POST", "/api/v2/assets/events", {"asset_id": asset["id"], "extra": {
+        "date": day, "chain": True, "probe": probe,
+        "params": {"preset": "smoke", "workload": "planted_workload:W", "raw_uri": str(outside)}}})
+
+    def started_by_probe(run) -> bool:
+        events = local_stack.api("GET", f"/api/v2/dags/aigc_train/dagRuns/{quote(run['dag_run_id'])}"
+                                        "/upstreamAssetEvents")["asset_events"]
+        return any(e["extra"].get("probe") == probe for e in events)
+
+    run = local_stack.wait_for_a_run("aigc_train", started_by_probe, "the run the refused event starts", timeout=300)
+    assert run["state"] == "failed"
+    states = {t["task_id"]: t["state"] for t in local_stack.task_instances(run["dag_run_id"], "aigc_train")}
+    assert states["wanted"] == "failed" and states.get("train") != "success", states
+    assert not marker.exists()
+    assert {p: p.read_bytes() for p in drop.rglob("*")} == before

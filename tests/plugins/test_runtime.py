@@ -100,3 +100,71 @@ def test_a_role_in_the_connection_reaches_the_lake_and_the_children_as_the_role_
     assert env["AIGC_S3_ROLE_ARN"] == role and "AWS_SESSION_TOKEN" not in env
     child = open_lake(f"s3://{s3_server.bucket}/conn-role", S3Options.from_env(env))  # as a torchrun worker opens it
     assert child.options.role_arn == role and child.get_json("x.json") == {"ok": True}
+
+
+def test_a_workload_the_deployment_did_not_list_is_refused_before_its_module_is_imported(tmp_path, monkeypatch):
+    """From the form (the run's own params) or from an asset event's params: the same check, and the module,
+    which would write a marker on import, is never imported."""
+    import sys
+
+    import pytest
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from aigc_airflow.runtime import pipeline_config
+
+    marker = tmp_path / "imported"
+    (tmp_path / "planted_workload.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nW = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("AIGC_LAKE_URI", str(tmp_path / "lake"))
+    curated = Asset(name="aigc_curated_shapes")
+    by_form = context(run_type="manual", params={"preset": "smoke", "workload": "planted_workload:W"})
+    by_event = context({curated: [event(1, date="2026-11-01", params={"workload": "planted_workload:W"})]},
+                       params={"preset": "smoke", "workload": "image"})
+    for ctx in (by_form, by_event):
+        with pytest.raises(AirflowFailException, match="AIGC_ALLOWED_WORKLOADS"):
+            pipeline_config(run_params(ctx))
+    assert not marker.exists() and "planted_workload" not in sys.modules
+    monkeypatch.setenv("AIGC_ALLOWED_WORKLOADS", "image,text")
+    monkeypatch.setenv("AIGC_MAX_NNODES", "2")
+    with pytest.raises(AirflowFailException, match="AIGC_MAX_NNODES"):
+        run_params(context(run_type="manual", params={"nnodes": 3}))
+
+
+def test_an_asset_event_naming_a_root_outside_the_allowed_ones_fails_the_run_before_it_reads(tmp_path, monkeypatch):
+    import pytest
+    from airflow.sdk.exceptions import AirflowFailException
+
+    monkeypatch.setenv("AIGC_LAKE_URI", str(tmp_path / "lake"))
+    curated = Asset(name="aigc_curated_shapes")
+    outside = context({curated: [event(1, date="2026-11-01", params={"raw_uri": str(tmp_path / "elsewhere")})]})
+    with pytest.raises(AirflowFailException, match="raw_uri"):
+        run_params(outside)
+    forged = context({Asset(name="aigc_prompt_files"): [
+        event(1, from_trigger=True, payload={"date": "2026-11-01", "prompts_key": "models/x/aliases.json"})]})
+    with pytest.raises(AirflowFailException, match="prompts_key"):
+        newest_event(forged)
+    # Folded into one run with a stage's own event, a forged one is left out, not obeyed and not fatal.
+    both = context({Asset(name="aigc_curated_shapes"): [event(1, date="2026-11-02", chain=True),
+                                                        event(2, date="2026-11-03", params={"nnodes": 10_000})]})
+    assert newest_event(both)["date"] == "2026-11-02"
+    monkeypatch.setenv("AIGC_ALLOWED_ROOTS", str(tmp_path / "elsewhere"))
+    assert run_params(outside)["raw_uri"] == str(tmp_path / "elsewhere")
+
+
+def test_the_form_offers_only_what_the_deployment_allows(tmp_path, monkeypatch):
+    import re
+
+    from aigc.config.access import AccessPolicy
+    from aigc_airflow.params import params_for
+
+    p = AccessPolicy.deployment(str(tmp_path / "lake"), {"AIGC_ALLOWED_ROOTS": "s3://drops/raw",
+                                                         "AIGC_MAX_PREPARE_PARTS": "8"}.get)
+    form = params_for("prepare", "generate", policy=p)
+    assert form["workload"].schema["enum"] == ["image", "text"]
+    assert form["prepare_parts"].schema["maximum"] == 8
+    pattern = re.compile(form["raw_uri"].schema["pattern"])
+    assert pattern.match("s3://drops/raw/shapes") and pattern.match(str(tmp_path / "lake" / "raw"))
+    for refused in ("s3://drops/rawx", "s3://other/raw", "s3://drops/raw/../x", "/etc/passwd"):
+        assert not pattern.match(refused), refused
+    assert re.match(form["prompts_uri"].schema["pattern"], "prompts/shapes/dt=2026-11-01/prompts.jsonl")
+    assert "s3://drops/raw" in form["raw_uri"].description

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 NAME_PATTERN = r"^[A-Za-z_][\w.-]*(:[A-Za-z_]\w*)?$"
 """A plain name, or ``package.module:ATTRIBUTE`` (the trigger form checks the same pattern)."""
+BUILT_IN = {"image": "aigc.workloads.image:IMAGE", "text": "aigc.workloads.text:TEXT"}
+"""The built-in workloads and where they live (here, not in aigc.workloads, so the access checks that run at DAG
+parse time name them without importing one)."""
 
 
 @dataclass(frozen=True)

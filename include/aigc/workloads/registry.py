@@ -18,13 +18,13 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
+from aigc.config.workload import BUILT_IN
 from aigc.workloads.base import Workload
 
 if TYPE_CHECKING:
     from aigc.config import PipelineConfig
 
 ENTRY_POINT_GROUP = "aigc.workloads"
-BUILT_IN = {"image": "aigc.workloads.image:IMAGE", "text": "aigc.workloads.text:TEXT"}
 _PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
