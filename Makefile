@@ -36,7 +36,7 @@ export AIRFLOW__CORE__MP_FORKSERVER_PRELOAD ?= airflow,airflow.executors.local_e
 # the scheduler's next loop wait for a third): plugins/aigc_airflow/asset_manager.py.
 export AIRFLOW__CORE__ASSET_MANAGER_CLASS ?= aigc_airflow.asset_manager.EveryEventAssetManager
 
-.PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full bench-gpu lint clean
+.PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full bench-gpu lint clean secrets
 
 help:
 	@echo "make demo     - set up, then run the pipeline DAG for $(DEMO_DATE) on the local lake (WORKLOAD=text: the text workload)"
@@ -44,6 +44,7 @@ help:
 	@echo "make test-reliability - the fault-injection suite alone (S3 faults through a proxy, lost replies)"
 	@echo "make airflow  - the Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) (login printed)"
 	@echo "make demo-s3  - the demo against a local S3 server instead of a folder"
+	@echo "make secrets  - .env for docker compose: .env.example with every secret generated (kept where .env sets one)"
 	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants; the pipeline under Airflow vs the CLI; resolution x precision), then one table (goal 25 minutes; measured 34 on a fast 2-core host, 57 on a slow one)"
 	@echo "make bench-full - the same at the sizes and budgets the README quotes (about an hour)"
 	@echo "make bench-gpu - the GPU section (B2 loop, B1 attention, B6 variants, B8 on CUDA; needs a CUDA build of torch)"
@@ -75,6 +76,10 @@ install: $(AIRFLOW_HOME)/.pools
 WORKLOAD ?= image
 demo: install
 	$(BIN)/python -m aigc.devtools.demo --date $(DEMO_DATE) --workload $(WORKLOAD) --log $(AIRFLOW_HOME)/demo.log
+
+# The Compose deployment's .env: nothing installed, the standard library only (aigc/devtools/env_secrets.py).
+secrets:
+	$(PYTHON) include/aigc/devtools/env_secrets.py .env.example .env
 
 demo-s3: install
 	$(BIN)/python -m aigc.devtools.s3demo --date $(DEMO_DATE) --workload $(WORKLOAD)

@@ -5,6 +5,7 @@ interpolation, once with the .env.example values and once with "probe" values (e
 set to <<NAME>>), so a value hard-coded in one place cannot pass by matching the example.
 """
 
+import functools
 import json
 import re
 import shlex
@@ -16,6 +17,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+
+from aigc.devtools.env_secrets import SECRETS, fill, problems
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE, ENV_EXAMPLE = ROOT / "docker-compose.yaml", ROOT / ".env.example"
@@ -30,6 +33,13 @@ PROBE_VALUE = re.compile(r"<<\w+>>")
 def env_example() -> dict[str, str]:
     lines = [ln.strip() for ln in ENV_EXAMPLE.read_text().splitlines()]
     return dict(ln.split("=", 1) for ln in lines if ln and not ln.startswith("#"))
+
+
+@functools.cache  # one .env for the whole module, as one deployment has
+def env_made_by_make_secrets() -> dict[str, str]:
+    """The .env `make secrets` writes from .env.example."""
+    text, _made = fill(ENV_EXAMPLE.read_text())
+    return dict(ln.split("=", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
 
 
 def walk(obj, fn):
@@ -64,7 +74,7 @@ PROBED = walk(RAW, lambda s: interpolate(s, {name: f"<<{name}>>" for name in USE
 
 @pytest.fixture(params=["example", "probe"])
 def compose(request) -> dict:
-    return PROBED if request.param == "probe" else walk(RAW, lambda s: interpolate(s, env_example()))
+    return PROBED if request.param == "probe" else walk(RAW, lambda s: interpolate(s, env_made_by_make_secrets()))
 
 
 def queues(command) -> list[str]:
@@ -77,9 +87,10 @@ def test_compose_config_is_valid(tmp_path):
     binary = shutil.which("docker-compose")
     if binary is None:
         pytest.skip("docker-compose not installed: apt-get install docker-compose; `make test` installs it")
-    good, bad = tmp_path / "good.env", tmp_path / "bad.env"
-    good.write_text(ENV_EXAMPLE.read_text())
-    bad.write_text(re.sub(r"(?m)^POSTGRES_PASSWORD=.*$", "", ENV_EXAMPLE.read_text()))
+    good, bad, example = tmp_path / "good.env", tmp_path / "bad.env", tmp_path / "example.env"
+    good.write_text(fill(ENV_EXAMPLE.read_text())[0])
+    bad.write_text(re.sub(r"(?m)^POSTGRES_PASSWORD=.*$", "", good.read_text()))
+    example.write_text(ENV_EXAMPLE.read_text())
 
     def config(env_file: Path) -> subprocess.CompletedProcess:
         cmd = [binary, "--env-file", str(env_file), "-f", str(COMPOSE), "config", "-q"]
@@ -91,6 +102,65 @@ def test_compose_config_is_valid(tmp_path):
     assert ok.returncode == 0, ok.stderr
     missing = config(bad)  # a missing secret must stop compose, not become an empty password
     assert missing.returncode != 0 and "POSTGRES_PASSWORD" in missing.stderr
+    as_shipped = config(example)  # the example's secrets are empty: it cannot be started as it is
+    assert as_shipped.returncode != 0 and "make secrets" in as_shipped.stderr
+    assert all(name in as_shipped.stderr for name in SECRETS), as_shipped.stderr  # the secrets-check list
+
+
+def test_the_example_env_starts_nothing_until_every_secret_is_generated():
+    """Every secret ships empty: interpolating the compose file with .env.example fails on each of them (compose
+    stops at the first; the list is the same), and `make secrets` fills exactly those."""
+    example = env_example()
+    refused = set()
+    for s in UNESCAPED:
+        for m in VAR.finditer(s):
+            try:
+                interpolate(m.group(0), example)
+            except KeyError as e:
+                refused.add(m.group(1))
+                assert "make secrets" in str(e), e
+    assert refused == set(SECRETS)
+    assert {n for n, v in example.items() if SECRET_NAME.search(n) and not v} == set(SECRETS)
+    made = dict(env_made_by_make_secrets())
+    assert not problems(made) and len({made[n] for n in SECRETS}) == len(SECRETS)  # fresh, and all different
+    again, generated = fill(ENV_EXAMPLE.read_text(), "\n".join(f"{k}={v}" for k, v in made.items()))
+    assert generated == [] and f"AIRFLOW_JWT_SECRET={made['AIRFLOW_JWT_SECRET']}" in again  # kept on a rerun
+
+
+def test_a_published_example_secret_stops_the_deployment_before_anything_starts(compose):
+    """secrets-check names every secret that is unset or an example value; the stores wait for it, and every
+    Airflow service waits for the stores."""
+    services = compose["services"]
+    check = services["secrets-check"]
+    assert check["entrypoint"] == ["python", "-m", "aigc.devtools.env_secrets", "check"]
+    assert set(check["environment"]) == set(SECRETS)
+    for name in ("postgres", "redis", "minio"):
+        assert services[name]["depends_on"] == {"secrets-check": {"condition": "service_completed_successfully"}}
+    old = {**env_made_by_make_secrets(), "AIRFLOW_JWT_SECRET": "change-me-jwt-secret",
+           "AIRFLOW_FERNET_KEY": "FFwyBfiFbXIvV0SM5WyJuu7w56sajAZooTka4VVRuAE=", "POSTGRES_PASSWORD": "short"}
+    found = problems(old)
+    assert [f.split()[0] for f in found] == ["POSTGRES_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET"]
+
+
+def test_minio_listens_on_loopback_and_the_view_reads_the_lake_with_a_read_only_key(compose):
+    services = compose["services"]
+    for port in services["minio"]["ports"]:
+        assert port.startswith("127.0.0.1:"), port
+    api = services["airflow-apiserver"]["environment"]
+    conn = json.loads(api["AIRFLOW_CONN_AWS_DEFAULT"])
+    init = services["minio-init"]
+    assert (conn["login"], conn["password"]) == (init["environment"]["AIGC_VIEW_S3_ACCESS_KEY"],
+                                                 init["environment"]["AIGC_VIEW_S3_SECRET_KEY"])
+    assert (api["AWS_ACCESS_KEY_ID"], api["AWS_SECRET_ACCESS_KEY"]) == (conn["login"], conn["password"])
+    assert conn["login"] != compose["x-airflow-common"]["environment"]["AWS_ACCESS_KEY_ID"]
+    script = " ".join(init["command"])
+    view = json.loads(re.search(r"cat > /tmp/aigc-view.json <<'POLICY'\s*(.*?)\s*POLICY", script, re.S).group(1))
+    assert "mc admin policy create lake aigc-view /tmp/aigc-view.json" in script
+    actions = {a for statement in view["Statement"] for a in statement["Action"]}
+    assert actions == {"s3:GetBucketLocation", "s3:ListBucket", "s3:GetObject"}
+    for name, svc in services.items():  # every other Airflow service keeps the pipeline's read-write key
+        if name.startswith("airflow-") and name != "airflow-apiserver":
+            assert svc["environment"]["AWS_ACCESS_KEY_ID"] != conn["login"], name
 
 
 def test_s3_endpoint_is_the_minio_service(compose):
@@ -108,7 +178,8 @@ def test_s3_endpoint_is_the_minio_service(compose):
     assert conn["login"] != root["MINIO_ROOT_USER"], "the pipeline must not use MinIO's root"
     root_names = {"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"}
     for name, svc in compose["services"].items():  # the root credentials stay with MinIO and minio-init
-        assert name in ("minio", "minio-init") or not root_names & set(svc.get("environment") or {}), name
+        assert name in ("minio", "minio-init", "secrets-check") or not root_names & set(svc.get("environment") or {}), \
+            name
 
 
 def test_minio_init_creates_the_lake_bucket(compose):
@@ -152,7 +223,10 @@ def test_airflow_services_share_image_environment_and_mounts(compose):
             assert svc["image"] != common["image"], name
         else:
             assert (svc["build"], svc["image"]) == (common["build"], common["image"]), name
-        assert common["environment"].items() <= svc["environment"].items(), name
+        # The api-server reads the lake with the view's read-only key (checked below), the rest is shared.
+        lake_key = ("AIRFLOW_CONN_AWS_DEFAULT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+        shared = {k: v for k, v in common["environment"].items() if name != "airflow-apiserver" or k not in lake_key}
+        assert shared.items() <= svc["environment"].items(), name
         mounts = dict(v.split(":")[:2] for v in svc["volumes"])
         assert mounts.get("./dags") == f"{AIRFLOW_HOME}/dags", name
         assert mounts.get("./plugins") == f"{AIRFLOW_HOME}/plugins", name
@@ -186,7 +260,7 @@ def test_gpu_queue_is_served_only_by_gpu_workers_one_gpu_and_one_task_each(compo
 def test_no_literal_secrets():
     text = COMPOSE.read_text()
     for name, value in env_example().items():
-        assert not SECRET_NAME.search(name) or value not in text, f"example value of {name} hard-coded"
+        assert not SECRET_NAME.search(name) or not value or value not in text, f"example value of {name} hard-coded"
     for svc in [PROBED["x-airflow-common"], *PROBED["services"].values()]:
         for key, value in (svc.get("environment") or {}).items():
             assert not SECRET_NAME.search(key) or PROBE_VALUE.fullmatch(value), f"{key} not from .env"
