@@ -314,3 +314,18 @@ def test_a_trigger_outside_what_the_deployment_allows_is_refused_and_reads_and_w
     assert states["wanted"] == "failed" and states.get("train") != "success", states
     assert not marker.exists()
     assert {p: p.read_bytes() for p in drop.rglob("*")} == before
+
+
+def test_the_view_answers_only_users_the_auth_manager_lets_read_the_aigc_dags(local_stack, day):
+    """Through the real api-server and its auth manager: a logged-in user granted no DAG gets 403 from every route
+    of the view (as from Airflow's own DAG routes); a viewer, who may read the aigc DAGs, gets the pages."""
+    routes = ["/aigc/", f"/aigc/dates/{day}", "/aigc/registry", "/aigc/latest", "/aigc/api/runs",
+              f"/aigc/api/dates/{day}", "/aigc/api/registry", "/aigc/api/latest",
+              f"/aigc/lake/quality/curated/dt={day}/run=x/result.json"]
+    outsider, reader = local_stack.token("outsider"), local_stack.token("reader")
+    assert local_stack.get_page("/api/v2/dags/aigc_prepare", token=outsider)[0] == 403  # Airflow's own verdict
+    for route in routes:
+        assert local_stack.get_page(route, token=outsider)[0] == 403, route
+        assert local_stack.get_page(route, token=reader)[0] not in (401, 403), route
+    status, body = local_stack.get_page("/aigc/api/runs", token=reader)
+    assert status == 200 and day in body

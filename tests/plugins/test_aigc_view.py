@@ -115,6 +115,38 @@ def test_only_users_airflow_authenticated_get_the_view(small_lake, airflow_auth)
     assert "script-src" not in page.headers["content-security-policy"]  # default-src 'none': no scripts at all
 
 
+def test_a_user_the_auth_manager_grants_no_aigc_dag_gets_403_from_every_route(small_lake, airflow_auth):
+    """Authenticated is not enough: the view asks the auth manager for read access to the aigc DAGs (a user with
+    no role reads no DAG in the simple auth manager, as a FAB role without DAG:aigc_* permissions would)."""
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    client = view_client(small_lake)
+    outsider = airflow_auth.manager.generate_jwt(SimpleAuthManagerUser(username="outsider", role=None))
+    for path in [*PAGES, f"/aigc/dates/{DATE}", f"/aigc/api/dates/{DATE}", "/aigc/api/registry",
+                 "/aigc/api/latest", "/aigc/lake/models/shapes-cvae/aliases.json"]:
+        refused = client.get(path, headers=bearer(outsider))
+        assert refused.status_code == 403 and "AIGC" in refused.json()["detail"], path
+        assert "secret" not in refused.text
+        assert client.get(path, headers=bearer(airflow_auth.token())).status_code != 403, path
+
+
+def test_each_page_needs_the_dags_whose_publications_it_shows():
+    from starlette.exceptions import HTTPException
+
+    from aigc_airflow.view.auth import Reader
+    from aigc_airflow.view.files import stage_of
+
+    assert [stage_of(k) for k in (f"{RUN}/report.html", "training/shapes-cvae/dt=2026-11-01/run=r/loss.png",
+                                  "quality/curated/dt=2026-11-01/run=r/result.json",
+                                  "generations/shapes-cvae/dt=2026-11-01/run=r/gallery.png")] == \
+        ["evaluate", "train", "prepare", "generate"]
+    evaluators = Reader(user=None, stages=frozenset({"generate", "evaluate"}))
+    evaluators.require("evaluate")
+    with pytest.raises(HTTPException) as e:
+        evaluators.require("prepare", "train", "evaluate")
+    assert e.value.status_code == 403 and "aigc_prepare, aigc_train" in e.value.detail
+
+
 @pytest.mark.parametrize("key", [
     "evaluations/%2e%2e/models/shapes-cvae/v0001/model.safetensors",
     f"{RUN}/%2e%2e/%2e%2e/%2e%2e/%2e%2e/%2e%2e/models/shapes-cvae/aliases.json",

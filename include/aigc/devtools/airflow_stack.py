@@ -31,6 +31,8 @@ DAG_ID = "aigc_pipeline"
 STAGE_DAG_IDS = ("aigc_prepare", "aigc_train", "aigc_deploy", "aigc_generate", "aigc_evaluate")
 DAG_IDS = (DAG_ID, *STAGE_DAG_IDS)
 USER = "admin"
+USERS = {USER: "admin", "reader": "viewer", "outsider": ""}
+"""The deployment's users and their roles (simple auth manager): ``outsider`` logs in and is granted nothing."""
 SQLITE_CONNECT_ARGS = "aigc_airflow.sqlite.CONNECT_ARGS"  # a lock waits a minute, not 5 s (see that module)
 HTTP_TIMEOUT = 150
 """Seconds a request may take: longer than the SQLite lock wait above (60 s), or a request that the api-server
@@ -71,7 +73,7 @@ class AirflowStack:
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": self.executor,
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in USERS.items()),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
@@ -143,15 +145,19 @@ class AirflowStack:
         assert not dead, f"components exited: {dead}; logs in {self.logs}"
 
     # -- as a user ----------------------------------------------------------------------
-    def password(self) -> str:
+    def password(self, user: str = USER) -> str:
         generated = json.loads((self.home / "simple_auth_manager_passwords.json.generated").read_text())
-        return generated[USER]
+        return generated[user]
 
-    def token(self) -> str:
-        if self._token is None:
-            reply = self._http("POST", "/auth/token", {"username": USER, "password": self.password()}, auth=False)
-            self._token = reply["access_token"]
-        return self._token
+    def token(self, user: str = USER) -> str:
+        """A token for ``user`` (one of USERS) from the api-server's /auth/token, as an API client gets one."""
+        if user == USER and self._token is not None:
+            return self._token
+        token = self._http("POST", "/auth/token", {"username": user, "password": self.password(user)},
+                           auth=False)["access_token"]
+        if user == USER:
+            self._token = token
+        return token
 
     def api(self, method: str, path: str, body: dict | None = None, missing_ok: bool = False):
         return self._http(method, path, body, missing_ok=missing_ok)

@@ -7,7 +7,8 @@
     GET /aigc/lake/<key>         a report, plot or gate result from the lake (files.py says which)
     GET /aigc/api/runs, /aigc/api/dates/<date>, /aigc/api/registry, /aigc/api/latest   the same as JSON
 
-Every route requires an authenticated Airflow user (auth.py). Lake reads are blocking, so the
+Every route requires an authenticated Airflow user with read access to the DAGs whose publications it shows
+(auth.py). Lake reads are blocking, so the
 routes are plain ``def``: FastAPI runs them in its thread pool, off the API server's event loop.
 """
 
@@ -24,7 +25,7 @@ from aigc.catalog import Catalog
 from aigc.lake import Lake
 from aigc.lake.keys import parse_date
 from aigc_airflow.view import files, pages
-from aigc_airflow.view.auth import refused, require_user
+from aigc_airflow.view.auth import ReaderDep, refused, require_reader
 from aigc_airflow.view.markup import Urls, layout
 
 # Pages carry no scripts; neither may a lake object served under Airflow's origin (a report is HTML
@@ -57,7 +58,7 @@ def _names(dataset: str | None, model: str | None) -> tuple[str, str]:
 def create_app(lake: Callable[[], Lake] = default_lake, dataset: str | None = None, model: str | None = None):
     """The view over the lake that ``lake()`` opens (once, at the first request)."""
     app = FastAPI(title="AIGC view", docs_url=None, redoc_url=None, openapi_url=None,
-                  dependencies=[Depends(require_user)])
+                  dependencies=[Depends(require_reader)])
     app.add_exception_handler(StarletteHTTPException, refused)
     opened: list[Catalog] = []
     lock = threading.Lock()
@@ -78,42 +79,53 @@ def create_app(lake: Callable[[], Lake] = default_lake, dataset: str | None = No
         title, body = rendered
         return HTMLResponse(layout(title, body, urls(request)), status_code=status_code)
 
+    every_stage = ("prepare", "train", "deploy", "generate", "evaluate")
+
     @app.get("/", response_class=HTMLResponse)
-    def runs(request: Request):
+    def runs(request: Request, reader: ReaderDep):
+        reader.require(*every_stage)
         return page(request, pages.runs_page(catalog().runs(), urls(request)))
 
     @app.get("/dates/{date}", response_class=HTMLResponse)
-    def day(request: Request, date: str):
+    def day(request: Request, date: str, reader: ReaderDep):
+        reader.require(*every_stage)
         data = catalog().day(_date(date))
         nothing = not any(data["published"].values()) and not any(data["gates"].values())
         return page(request, pages.day_page(data, urls(request)), status_code=404 if nothing else 200)
 
     @app.get("/registry", response_class=HTMLResponse)
-    def registry(request: Request):
+    def registry(request: Request, reader: ReaderDep):
+        reader.require("train", "deploy")
         return page(request, pages.registry_page(catalog().registry(), urls(request)))
 
     @app.get("/latest", response_class=HTMLResponse)
-    def latest(request: Request):
+    def latest(request: Request, reader: ReaderDep):
+        reader.require("generate", "evaluate")
         return page(request, pages.latest_page(catalog().latest_evaluation(), urls(request)))
 
     @app.get("/lake/{key:path}")
-    def lake_object(key: str) -> Response:
+    def lake_object(key: str, reader: ReaderDep) -> Response:
+        reader.require(files.stage_of(key))
         return files.lake_object(catalog().lake, key)
 
     @app.get("/api/runs")
-    def api_runs() -> list[dict]:
+    def api_runs(reader: ReaderDep) -> list[dict]:
+        reader.require(*every_stage)
         return catalog().runs()
 
     @app.get("/api/dates/{date}")
-    def api_day(date: str) -> dict:
+    def api_day(date: str, reader: ReaderDep) -> dict:
+        reader.require(*every_stage)
         return catalog().day(_date(date))
 
     @app.get("/api/registry")
-    def api_registry() -> dict:
+    def api_registry(reader: ReaderDep) -> dict:
+        reader.require("train", "deploy")
         return catalog().registry()
 
     @app.get("/api/latest")
-    def api_latest() -> dict | None:
+    def api_latest(reader: ReaderDep) -> dict | None:
+        reader.require("generate", "evaluate")
         return catalog().latest_evaluation()
 
     return app

@@ -15,8 +15,13 @@ What Airflow 3.3 does (read from ``airflow/api_fastapi``), and so what this modu
   list in the metadata DB). No token: 401; expired: 401; invalid or revoked: 403.
 
 So ``require_user`` below is that same ``get_user``, called with Airflow's own bearer scheme:
-no crypto or token parsing here. The view is read-only and asks for authentication only, not
-a particular permission: every role may read what the pipeline published.
+no crypto or token parsing here. Being logged in is not enough: ``require_reader`` asks the auth manager
+(whichever the deployment configured: simple, FAB, Keycloak …) for the custom view permission ``AIGC`` and for
+read access to the DAGs whose publications a page shows (``is_authorized_custom_view`` and
+``is_authorized_dag``, the checks behind Airflow's own ``requires_access_*`` dependencies). A stage's
+publications are readable with read access to its DAG (``aigc_prepare`` … ``aigc_evaluate``) or to
+``aigc_pipeline``, which runs every stage. With the simple auth manager every role reads every DAG; with FAB,
+a role's ``can_read`` on ``DAG:aigc_<stage>`` and on the ``AIGC`` resource decide.
 
 A browser (a GET asking for HTML, no ``Authorization`` header) that is refused is redirected
 to the auth manager's login page (``get_url_login(next_url=...)``), which sends it back here
@@ -25,7 +30,10 @@ after login; API clients get the 401/403 JSON as from ``/api/v2``.
 
 from __future__ import annotations
 
-from fastapi import Request
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import RedirectResponse
 from starlette.exceptions import HTTPException
@@ -39,6 +47,50 @@ async def require_user(request: Request):
 
     credentials = await bearer_scheme(request)
     return await get_user(request, _oauth_token=None, bearer_credentials=credentials)
+
+
+VIEW_RESOURCE = "AIGC"
+STAGE_DAGS = {"prepare": "aigc_prepare", "train": "aigc_train", "deploy": "aigc_deploy", "generate": "aigc_generate",
+              "evaluate": "aigc_evaluate"}
+ALL_STAGES_DAG = "aigc_pipeline"
+
+
+@dataclass(frozen=True)
+class Reader:
+    """An authenticated user and the stages whose publications they may read (at least one)."""
+
+    user: object
+    stages: frozenset[str]
+
+    def require(self, *stages: str) -> None:
+        """403 unless the user may read every one of ``stages``' DAGs."""
+        missing = [STAGE_DAGS[s] for s in stages if s not in self.stages]
+        if missing:
+            raise HTTPException(403, f"this page shows what {', '.join(missing)} published: it needs read access "
+                                     f"to those DAGs (or to {ALL_STAGES_DAG})")
+
+
+async def require_reader(request: Request, user: Annotated[object, Depends(require_user)]) -> Reader:
+    """The user, if the auth manager grants the AIGC view and read access to at least one aigc DAG; 403 otherwise."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    manager = get_auth_manager()
+    if not manager.is_authorized_custom_view(method="GET", resource_name=VIEW_RESOURCE, user=user):
+        raise HTTPException(403, f"the AIGC view needs the {VIEW_RESOURCE!r} view permission")
+
+    def reads(dag_id: str) -> bool:
+        return manager.is_authorized_dag(method="GET", details=DagDetails(id=dag_id), user=user)
+
+    stages = frozenset(STAGE_DAGS) if reads(ALL_STAGES_DAG) else frozenset(s for s, d in STAGE_DAGS.items() if reads(d))
+    if not stages:
+        raise HTTPException(403, f"the AIGC view shows what the aigc DAGs published: it needs read access to "
+                                 f"{ALL_STAGES_DAG} or to one of {sorted(STAGE_DAGS.values())}")
+    return Reader(user, stages)
+
+
+ReaderDep = Annotated[Reader, Depends(require_reader)]
+"""A route's parameter: FastAPI runs require_reader once per request (the app's dependency and the route's)."""
 
 
 async def refused(request: Request, exc: HTTPException):

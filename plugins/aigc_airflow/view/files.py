@@ -26,6 +26,19 @@ CONTENT_TYPES = {
     ".jsonl": "application/x-ndjson",
 }
 MAX_BYTES = 32 << 20  # the largest of these is a gallery PNG of a few MB
+STAGE_OF_ROOT = {"training": "train", "generations": "generate", "evaluations": "evaluate"}
+STAGE_OF_GATE = {"curated": "prepare", "training": "train", "deploy": "deploy", "generate": "generate",
+                 "evaluation": "evaluate"}
+"""quality/<gate>/…: the stage whose gate wrote it."""
+
+
+def stage_of(key: str) -> str:
+    """The stage whose DAG published ``key`` (its readers may see it); 404 for a key the view never serves."""
+    parts = servable_key(key).split("/")
+    stage = STAGE_OF_ROOT.get(parts[0]) or (STAGE_OF_GATE.get(parts[1]) if len(parts) > 1 else None)
+    if stage is None:
+        raise HTTPException(404, f"no stage publishes {key}")
+    return stage
 
 
 def servable_key(key: str) -> str:
