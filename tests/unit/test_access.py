@@ -109,3 +109,16 @@ def test_a_malformed_root_setting_stops_the_deployment_rather_than_opening_it(tm
     with pytest.raises(ValueError, match="AIGC_ALLOWED_ROOTS"):
         policy(tmp_path, AIGC_ALLOWED_ROOTS="relative/raw")
     assert normalise_uri("s3://b/p/") == "s3://b/p"
+
+
+def test_the_package_requires_a_torch_whose_weights_only_loader_is_safe():
+    """CVE-2025-32434: before 2.6, torch.load(weights_only=True) could still run code from a crafted file; an
+    install from the package metadata alone (not requirements.txt's pin) must not get such a torch."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    (torch,) = [d for d in meta["project"]["dependencies"] if re.match(r"torch\b", d)]
+    low = re.fullmatch(r"torch>=(\d+)\.(\d+)(?:\.\d+)?", torch)
+    assert low and (int(low[1]), int(low[2])) >= (2, 6), torch

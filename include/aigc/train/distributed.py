@@ -168,11 +168,20 @@ def gather_floats(ctx: Dist, value: float) -> list[float]:
     return [float(t) for t in out]
 
 
-def gather_objects(ctx: Dist, obj):
+def gather_rng_states(ctx: Dist) -> list[dict]:
+    """Every rank's ``rng_state``, gathered as byte tensors: no ``all_gather_object``, which unpickles whatever a
+    peer sends (code execution for anyone who can join the group). Every rank's generator state has the same size
+    (the same generator kinds on the same device type), so one ``all_gather`` per kind carries them."""
+    mine = rng_state(ctx.device)
     if not ctx.distributed:
-        return [obj]
-    out = [None] * ctx.world
-    dist.all_gather_object(out, obj)
+        return [mine]
+    out: list[dict] = [{} for _ in range(ctx.world)]
+    for kind in sorted(mine):
+        local = mine[kind].to(ctx.device)
+        parts = [torch.empty_like(local) for _ in range(ctx.world)]
+        dist.all_gather(parts, local)
+        for rank, part in enumerate(parts):
+            out[rank][kind] = part.cpu()
     return out
 
 

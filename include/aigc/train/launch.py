@@ -26,7 +26,7 @@ from aigc.lake.keys import join, parse_date, validate_run_id
 from aigc.lake.publish import new_run_id
 from aigc.procs import available_cpus
 from aigc.train.artifacts import SUMMARY, training_run_prefix
-from aigc.train.rendezvous import announce, await_endpoint, rendezvous_key
+from aigc.train.rendezvous import HOST_ENV, announce, await_endpoint, rendezvous_key
 
 log = logging.getLogger(__name__)
 RENDEZVOUS_WAIT_S = 30 * 60  # how long another node waits for node 0's task to start (a queue, a pool slot)
@@ -46,6 +46,8 @@ def torchrun_command(cfg: PipelineConfig, *, lake_uri: str, date: str, run_id: s
            "--max-restarts=0"]  # restarts belong to the orchestrator (task retries), which resume from checkpoints
     if endpoint or t.rdzv_endpoint:
         cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint or t.rdzv_endpoint}", f"--rdzv-id={run_id}"]
+        if os.environ.get(HOST_ENV):  # the address the deployment names for this node, not whatever resolves
+            cmd += [f"--local-addr={os.environ[HOST_ENV]}"]
     else:
         cmd += ["--standalone"]
     return cmd + ["-m", "aigc", "train", "--worker", "--lake", lake_uri, "--date", date, "--run-id", run_id,
@@ -104,7 +106,8 @@ def run_training(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id
     endpoint = None
     if cfg.train.nnodes != "1" and not cfg.train.rdzv_endpoint:
         key = rendezvous_key(cfg.model.name, date, run_id)
-        endpoint = announce(lake, key) if node_rank == 0 else await_endpoint(lake, key, RENDEZVOUS_WAIT_S)
+        endpoint = announce(lake, key, run_id) if node_rank == 0 else await_endpoint(lake, key, run_id,
+                                                                                     RENDEZVOUS_WAIT_S)
         log.info("node %d: rendezvous at %s (through %s)", node_rank, endpoint, lake.url(key))
     cmd = torchrun_command(cfg, lake_uri=lake.uri, date=date, run_id=run_id, endpoint=endpoint)
     log.info("training run %s: %s", run_id, " ".join(cmd[:8]) + " …")

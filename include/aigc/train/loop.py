@@ -135,7 +135,7 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
         return loss_sum / max(n, 1.0)
 
     def checkpoint(step: int) -> None:
-        rng = D.gather_objects(ctx, D.rng_state(ctx.device))
+        rng = D.gather_rng_states(ctx)
         if ctx.is_main:
             save_checkpoint(lake, prefix, step, {
                 "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),

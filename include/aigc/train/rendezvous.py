@@ -5,22 +5,41 @@ Airflow places each node's task on whichever worker takes it, so no host can be 
 ``<training run>/_rendezvous.json``, and its torchrun hosts the c10d rendezvous there; the other nodes poll that
 object (with a deadline) and join. The run id, the same for every node of a DAG run, names the object, and it is
 also torchrun's rendezvous id.
+
+The record is trusted only as far as it is bound: it is created once (a conditional write; node 0's retry
+replaces only a record of its own run, with If-Match on the one it read), it names its run, and where the
+deployment sets ``AIGC_RDZV_SECRET`` (the compose file requires it) it carries an HMAC-SHA256 of its content under
+that secret, without which no node joins it or treats it as its own. Write access to the lake then cannot send the
+nodes to another endpoint: torch's rendezvous exchanges pickled state with that endpoint
+(``torch.distributed.elastic.rendezvous.dynamic_rendezvous``), so an endpoint is code execution, and the port
+node 0 opens must be reachable from the training nodes only (the deployment's network, not the internet).
+Node 0 announces the address the deployment names (``AIGC_RDZV_HOST``), and the free port is sought on it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import hmac
+import json
+import logging
 import os
+import secrets
 import socket
 import time
 from collections.abc import Callable
 
-from aigc.lake import Lake, ObjectNotFound
+from aigc.lake import Lake, ObjectNotFound, PreconditionFailed
 from aigc.lake.keys import join
 from aigc.train.artifacts import training_run_prefix
 
+log = logging.getLogger(__name__)
 RENDEZVOUS = "_rendezvous.json"
-HOST_ENV, PORT_ENV = "AIGC_RDZV_HOST", "AIGC_RDZV_PORT"
+HOST_ENV, PORT_ENV, SECRET_ENV = "AIGC_RDZV_HOST", "AIGC_RDZV_PORT", "AIGC_RDZV_SECRET"
+
+
+class RendezvousRefused(PermissionError):
+    """A rendezvous record this run did not write (another run's, unsigned, or signed with another secret)."""
 
 
 class RendezvousTimeout(TimeoutError):
@@ -31,35 +50,96 @@ def rendezvous_key(model: str, date: str, run_id: str) -> str:
     return join(training_run_prefix(model, date, run_id), RENDEZVOUS)
 
 
-def announce(lake: Lake, key: str, started: float | None = None) -> str:
+def announce(lake: Lake, key: str, run_id: str, started: float | None = None) -> str:
     """Node 0: this host's address (``AIGC_RDZV_HOST``, else its fully qualified name) and a port (``AIGC_RDZV_PORT``,
-    else a free one) written to ``key``; the ``host:port`` endpoint."""
+    else a free one on that address) written to ``key``, bound to ``run_id``; the ``host:port`` endpoint.
+    RendezvousRefused if ``key`` holds a record another run (or anyone without the secret) wrote and this node may
+    not replace."""
     host = os.environ.get(HOST_ENV) or socket.getfqdn()
-    port = int(os.environ.get(PORT_ENV) or 0) or _free_port()
-    endpoint = f"{host}:{port}"
-    lake.put_json(key, {"endpoint": endpoint, "announced_at": dt.datetime.now(dt.UTC).isoformat(),
-                        "started": started if started is not None else time.time()})
-    return endpoint
+    port = int(os.environ.get(PORT_ENV) or 0) or _free_port(os.environ.get(HOST_ENV) or "")
+    record = signed({"endpoint": f"{host}:{port}", "run_id": run_id, "nonce": secrets.token_hex(8),
+                     "announced_at": dt.datetime.now(dt.UTC).isoformat(),
+                     "started": started if started is not None else time.time()})
+    data = json.dumps(record, sort_keys=True).encode()
+    try:
+        lake.put_if_absent(key, data)
+    except PreconditionFailed:  # a retry of node 0, or a record planted before it
+        body, etag = lake.get_with_etag(key)
+        found = _parse(body)
+        if found is not None and found.get("run_id") == run_id and _authentic(found):
+            lake.put_if_match(key, data, etag)  # this run's own, older announcement: a retry moves the endpoint
+        elif _secret() is not None and not _authentic(found or {}):
+            lake.put_if_match(key, data, etag)  # a record no node would join (unsigned or forged): replaced
+            log.warning("replaced a rendezvous record at %s that was not signed with %s", lake.url(key), SECRET_ENV)
+        else:
+            other = (found or {}).get("run_id")
+            raise RendezvousRefused(f"{lake.url(key)} holds a rendezvous of another run ({other!r}, not {run_id!r}): "
+                                    "start this run with a new run id") from None
+    if _secret() is None:
+        log.warning("the rendezvous record at %s is not signed: set %s on every training node so that write access "
+                    "to the lake cannot redirect the nodes", lake.url(key), SECRET_ENV)
+    return record["endpoint"]
 
 
-def await_endpoint(lake: Lake, key: str, timeout_s: float, *, poll_s: float = 2.0,
+def await_endpoint(lake: Lake, key: str, run_id: str, timeout_s: float, *, poll_s: float = 2.0,
                    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
-    """The other nodes: node 0's endpoint, once announced (``RendezvousTimeout`` after ``timeout_s``)."""
+    """The other nodes: node 0's endpoint, once a record of ``run_id`` is announced and (with ``AIGC_RDZV_SECRET``)
+    signed with the deployment's secret (``RendezvousTimeout`` after ``timeout_s``). A record that is not is never
+    joined: the node waits for node 0 to replace it."""
     deadline = clock() + timeout_s
+    seen_bad = None
     while True:
         try:
-            return lake.get_json(key)["endpoint"]
+            found = _parse(lake.get_bytes(key))
         except ObjectNotFound:
-            pass
+            found = None
+        else:
+            if found is not None and found.get("run_id") == run_id and _authentic(found):
+                return found["endpoint"]
+            seen_bad = found
         if clock() >= deadline:
+            why = (f"; the record there is not this run's or not signed with {SECRET_ENV}: {seen_bad!r}"
+                   if seen_bad is not None else "")
             raise RendezvousTimeout(
                 f"node 0 of the training run did not announce its rendezvous at {lake.url(key)} within "
-                f"{timeout_s:.0f} s: is its task (`train`) running? Every node needs a worker at the same time (the "
-                "`gpu` pool needs a slot per node)")
+                f"{timeout_s:.0f} s{why}: is its task (`train`) running? Every node needs a worker at the same time "
+                "(the `gpu` pool needs a slot per node)")
         sleep(poll_s)
 
 
-def _free_port() -> int:
+def signed(record: dict) -> dict:
+    """``record`` with its HMAC under the deployment's secret (none without one)."""
+    secret = _secret()
+    return {**record, "signature": _mac(secret, record)} if secret is not None else dict(record)
+
+
+def _authentic(record: dict) -> bool:
+    """Signed with this deployment's secret; without a secret, any record that names the run (a laptop's)."""
+    secret = _secret()
+    if secret is None:
+        return True
+    body = {k: v for k, v in record.items() if k != "signature"}
+    return isinstance(record.get("signature"), str) and hmac.compare_digest(record["signature"], _mac(secret, body))
+
+
+def _mac(secret: bytes, record: dict) -> str:
+    return hmac.new(secret, json.dumps(record, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+
+def _secret() -> bytes | None:
+    value = os.environ.get(SECRET_ENV)
+    return value.encode() if value else None
+
+
+def _parse(body: bytes) -> dict | None:
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) and isinstance(found.get("endpoint"), str) else None
+
+
+def _free_port(host: str) -> int:
     with socket.socket() as s:
-        s.bind(("", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
