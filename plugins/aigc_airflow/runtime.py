@@ -26,18 +26,20 @@ def open_task_lake(uri: str | None = None):
 
 
 def lake_env() -> dict[str, str]:
-    """The ``aws_default`` credentials as AWS_* variables, for child processes (torchrun workers) that open the lake.
+    """The ``aws_default`` connection as AWS_* variables, for child processes (torchrun workers) that open the lake.
 
-    With a role in the connection (extra ``role_arn``) the children get the connection's keys and the role, and
-    each assumes and renews it: no temporary credentials that would expire mid-run are handed on."""
+    With a role in the connection (extra ``role_arn``) only the endpoint and region: the launcher serves the
+    children the role's renewed credentials (aigc.lake.credentials), so no long-lived key and no credential that
+    would expire mid-run reaches them."""
     from aigc.lake import S3Options, default_lake_uri
 
     if not default_lake_uri().startswith("s3://"):
         return {}
     opts = s3_options_from_connection(S3Options.from_env())
-    env = {"AWS_ACCESS_KEY_ID": opts.access_key, "AWS_SECRET_ACCESS_KEY": opts.secret_key,
-           "AWS_SESSION_TOKEN": opts.session_token, "AWS_ENDPOINT_URL": opts.endpoint_url,
-           "AWS_DEFAULT_REGION": opts.region, "AIGC_S3_ROLE_ARN": opts.role_arn}  # a role: each child renews its own
+    env = {"AWS_ENDPOINT_URL": opts.endpoint_url, "AWS_DEFAULT_REGION": opts.region}
+    if not opts.role_arn:
+        env.update({"AWS_ACCESS_KEY_ID": opts.access_key, "AWS_SECRET_ACCESS_KEY": opts.secret_key,
+                    "AWS_SESSION_TOKEN": opts.session_token})
     return {k: v for k, v in env.items() if v}
 
 

@@ -85,6 +85,7 @@ def test_a_role_in_the_connection_reaches_the_lake_and_the_children_as_the_role_
     import json
 
     from aigc.lake import S3Lake, S3Options, open_lake
+    from aigc.lake.credentials import LONG_LIVED, children_credentials
     from aigc_airflow.runtime import lake_env, open_task_lake
 
     role = "arn:aws:iam::123456789012:role/aigc-lake"
@@ -96,10 +97,12 @@ def test_a_role_in_the_connection_reaches_the_lake_and_the_children_as_the_role_
     assert isinstance(lake, S3Lake) and lake.options.role_arn == role and lake.options.session_token is None
     lake.put_json("x.json", {"ok": True})
     assert lake._role_session.get_credentials().get_frozen_credentials().access_key != conn["login"]
-    env = lake_env()
-    assert env["AIGC_S3_ROLE_ARN"] == role and "AWS_SESSION_TOKEN" not in env
-    child = open_lake(f"s3://{s3_server.bucket}/conn-role", S3Options.from_env(env))  # as a torchrun worker opens it
-    assert child.options.role_arn == role and child.get_json("x.json") == {"ok": True}
+    env = lake_env()  # the endpoint only: the launcher serves the role's credentials to the children
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AIGC_S3_ROLE_ARN"} & env.keys()
+    with children_credentials(lake, {**s3_server.env(), **env}) as child_env:
+        assert not set(LONG_LIVED) & child_env.keys()
+        child = open_lake(f"s3://{s3_server.bucket}/conn-role", S3Options.from_env(child_env))  # as a worker does
+        assert child.options.role_arn is None and child.get_json("x.json") == {"ok": True}
 
 
 def test_a_workload_the_deployment_did_not_list_is_refused_before_its_module_is_imported(tmp_path, monkeypatch):

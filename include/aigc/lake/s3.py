@@ -55,6 +55,10 @@ class S3Options:
     """A role to assume with the credentials above (or the default chain's): the lake then holds temporary
     credentials that it renews itself before they expire (AssumeRole at the endpoint's STS: AWS, MinIO), so a task
     that outlives one session (training runs for hours) keeps working, and no expiring secret is handed on."""
+    credentials_uri: str | None = None
+    """A parent process's loopback endpoint serving its role credentials (aigc.lake.credentials): a torchrun worker's
+    lake fetches them there, and again before they expire, instead of holding long-lived keys."""
+    credentials_token: str | None = field(default=None, repr=False)
     role_session_seconds: int = 3600
     region: str = "us-east-1"
     max_attempts: int = 6
@@ -86,6 +90,8 @@ class S3Options:
             secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
             session_token=env.get("AWS_SESSION_TOKEN") or None,
             role_arn=env.get("AIGC_S3_ROLE_ARN") or None,
+            credentials_uri=env.get("AIGC_S3_CREDENTIALS_URI") or None,
+            credentials_token=env.get("AIGC_S3_CREDENTIALS_TOKEN") or None,
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         )
 
@@ -127,11 +133,21 @@ def _explained(method):
 
 
 def _assumed_role_session(o: S3Options) -> boto3.session.Session:
-    """A boto3 session whose credentials are ``o.role_arn``'s, assumed with ``o``'s keys (or the default chain's)
-    and renewed by botocore before they expire (its advisory window: 15 minutes ahead)."""
+    """A boto3 session whose credentials are ``o.role_arn``'s, assumed with ``o``'s keys (or the default chain's),
+    or those a parent serves at ``o.credentials_uri``; renewed by botocore before they expire (its advisory window:
+    15 minutes ahead)."""
     from botocore.credentials import RefreshableCredentials
     from botocore.session import get_session
 
+    if o.credentials_uri:
+        from aigc.lake.credentials import fetch
+
+        def served() -> dict:
+            return fetch(o.credentials_uri, o.credentials_token or "")
+
+        botocore_session = get_session()
+        botocore_session._credentials = RefreshableCredentials.create_from_metadata(served(), served, "aigc-parent")
+        return boto3.session.Session(botocore_session=botocore_session, region_name=o.region)
     sts = boto3.session.Session().client("sts", endpoint_url=o.endpoint_url, region_name=o.region,
                                          aws_access_key_id=o.access_key, aws_secret_access_key=o.secret_key,
                                          aws_session_token=o.session_token)
@@ -191,7 +207,7 @@ class S3Lake(Lake):
             read_timeout=o.read_timeout_s,
             s3={"addressing_style": "path"} if o.endpoint_url else None,
         )
-        if o.role_arn:
+        if o.role_arn or o.credentials_uri:
             return self._role_session.client("s3", endpoint_url=o.endpoint_url, region_name=o.region, config=config)
         return boto3.session.Session().client(
             "s3",
@@ -397,7 +413,7 @@ class S3Lake(Lake):
         """pyarrow's S3 client, with the boto3 client's current credentials: rebuilt when an assumed role's
         credentials were renewed (each stream opened takes the renewed ones)."""
         o = self.options
-        if o.role_arn:
+        if o.role_arn or o.credentials_uri:
             frozen = self._role_session.get_credentials().get_frozen_credentials()  # renews them if near expiry
             keys = (frozen.access_key, frozen.secret_key, frozen.token)
         else:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from aigc.config import PipelineConfig
 from aigc.devices import processes_per_node
 from aigc.lake import Lake
+from aigc.lake.credentials import children_credentials
 from aigc.lake.keys import join, parse_date, validate_run_id
 from aigc.lake.publish import new_run_id
 from aigc.procs import available_cpus
@@ -112,8 +113,31 @@ def run_training(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id
     cmd = torchrun_command(cfg, lake_uri=lake.uri, date=date, run_id=run_id, endpoint=endpoint)
     log.info("training run %s: %s", run_id, " ".join(cmd[:8]) + " …")
     on_line = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            env={**os.environ, **thread_env(cfg), **(env or {}), "PYTHONUNBUFFERED": "1"},
+    base = {**os.environ, **thread_env(cfg), **(env or {}), "PYTHONUNBUFFERED": "1"}
+    with children_credentials(lake, base) as child_env:  # a role's: served, never the long-lived keys
+        code, tail, errors = _run_torchrun(cmd, child_env, cfg.train.timeout_s, run_id, on_line, on_start)
+    summary_key = join(training_run_prefix(cfg.model.name, date, run_id), SUMMARY)
+    if code == 0 and node_rank:
+        return {"node_rank": node_rank, "run_id": run_id, "date": date, "rendezvous": endpoint}
+    if code != 0:
+        what = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        # A worker's own one-line `error:` says what went wrong; torchrun's report only says that it did.
+        causes = sorted({line for line in errors}) or tail[-12:]
+        raise TrainingFailed(f"torchrun for training run {run_id} failed ({what}):\n" + "\n".join(causes)
+                             + f"\na retry with run id {run_id} resumes from its last checkpoint")
+    # Global rank 0, which writes the summary, may live on another node that finishes a moment later.
+    deadline = time.monotonic() + (SUMMARY_WAIT_S if endpoint else 0)
+    while not lake.exists(summary_key):
+        if time.monotonic() >= deadline:
+            raise TrainingFailed(f"training run {run_id} ended without {lake.url(summary_key)}")
+        time.sleep(1.0)
+    return lake.get_json(summary_key)
+
+
+def _run_torchrun(cmd: list[str], env: dict[str, str], timeout_s: float, run_id: str, on_line: Callable[[str], None],
+                  on_start: Callable[[subprocess.Popen], None] | None) -> tuple[int, list[str], list[str]]:
+    """torchrun in its own session, its output streamed to ``on_line``: (exit code, last lines, ``error:`` lines)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env,
                             start_new_session=True, preexec_fn=die_with_parent)
     if on_start:
         on_start(proc)
@@ -132,30 +156,14 @@ def run_training(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id
     reader = threading.Thread(target=pump, name="torchrun-output", daemon=True)
     reader.start()
     try:
-        code = proc.wait(timeout=cfg.train.timeout_s)
+        return proc.wait(timeout=timeout_s), tail, errors
     except subprocess.TimeoutExpired:
-        raise TimeoutError(f"training run {run_id} exceeded TrainConfig.timeout_s={cfg.train.timeout_s}; "
+        raise TimeoutError(f"training run {run_id} exceeded TrainConfig.timeout_s={timeout_s}; "
                            "its workers were stopped, a retry resumes from the last checkpoint") from None
     finally:
         if proc.poll() is None:  # interrupted, timed out, or the caller was killed: leave no worker behind
             kill_process_group(proc)
         reader.join(timeout=5)
-    summary_key = join(training_run_prefix(cfg.model.name, date, run_id), SUMMARY)
-    if code == 0 and node_rank:
-        return {"node_rank": node_rank, "run_id": run_id, "date": date, "rendezvous": endpoint}
-    if code != 0:
-        what = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        # A worker's own one-line `error:` says what went wrong; torchrun's report only says that it did.
-        causes = sorted({line for line in errors}) or tail[-12:]
-        raise TrainingFailed(f"torchrun for training run {run_id} failed ({what}):\n" + "\n".join(causes)
-                             + f"\na retry with run id {run_id} resumes from its last checkpoint")
-    # Global rank 0, which writes the summary, may live on another node that finishes a moment later.
-    deadline = time.monotonic() + (SUMMARY_WAIT_S if endpoint else 0)
-    while not lake.exists(summary_key):
-        if time.monotonic() >= deadline:
-            raise TrainingFailed(f"training run {run_id} ended without {lake.url(summary_key)}")
-        time.sleep(1.0)
-    return lake.get_json(summary_key)
 
 
 def worker_main(lake_uri: str, date: str, run_id: str, cfg: PipelineConfig) -> dict | None:
