@@ -171,3 +171,15 @@ def test_the_form_offers_only_what_the_deployment_allows(tmp_path, monkeypatch):
         assert not pattern.match(refused), refused
     assert re.match(form["prompts_uri"].schema["pattern"], "prompts/shapes/dt=2026-11-01/prompts.jsonl")
     assert "s3://drops/raw" in form["raw_uri"].description
+
+
+def test_the_operators_limits_come_from_airflow_cfg_before_the_environment(tmp_path, monkeypatch):
+    from aigc_airflow.runtime import access_policy
+
+    monkeypatch.setenv("AIGC_LAKE_URI", str(tmp_path / "lake"))
+    monkeypatch.setenv("AIGC_MAX_NNODES", "3")
+    assert access_policy().bounds["nnodes"] == 3
+    monkeypatch.setenv("AIRFLOW__AIGC__MAX_NNODES", "2")  # what `[aigc] max_nnodes = 2` in airflow.cfg sets
+    monkeypatch.setenv("AIRFLOW__AIGC__ALLOWED_WORKLOADS", "text")
+    policy = access_policy()
+    assert policy.bounds["nnodes"] == 2 and policy.workloads == ("text", "image")  # image: the default workload

@@ -52,11 +52,13 @@ def test_a_workload_must_be_built_in_the_default_or_listed(tmp_path):
     with pytest.raises(Refused, match="AIGC_ALLOWED_WORKLOADS") as e:
         check_request({"workload": "evil.module:W"}, p)
     assert "'evil.module:W'" in str(e.value)
-    listed = policy(tmp_path, AIGC_ALLOWED_WORKLOADS="text, pkg.mod:W")
-    assert listed.workloads == ("text", "pkg.mod:W")
+    listed = policy(tmp_path, AIGC_ALLOWED_WORKLOADS="text, pkg.mod:W", AIGC_DEFAULT_WORKLOAD="text")
+    assert listed.workloads == ("text", "pkg.mod:W")  # the list replaces the built-in ones
     check_request({"workload": "pkg.mod:W"}, listed)
     with pytest.raises(Refused):
         check_request({"workload": "image"}, listed)
+    # With no default named, the configuration's default workload (image) is the form's default: always allowed.
+    assert policy(tmp_path, AIGC_ALLOWED_WORKLOADS="text").workloads == ("text", "image")
 
 
 def test_resource_fields_are_bounded_by_the_deployment_and_the_message_names_the_setting(tmp_path):

@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from aigc.config.form import BY_PARAM, FormField
-from aigc.config.workload import BUILT_IN, NAME_PATTERN
+from aigc.config.workload import BUILT_IN, NAME_PATTERN, WorkloadConfig
 
 ROOTS, WORKLOADS = "AIGC_ALLOWED_ROOTS", "AIGC_ALLOWED_WORKLOADS"
 DEFAULT_WORKLOAD = "AIGC_DEFAULT_WORKLOAD"
@@ -69,14 +69,15 @@ class AccessPolicy:
     def deployment(cls, lake_uri: str, setting: Callable[[str], str | None] = os.environ.get) -> AccessPolicy:
         """The deployment's limits: ``setting(NAME)`` reads each (the environment by default); the lake is always an
         allowed root. A malformed setting is a ValueError naming it: a deployment must not start half-open."""
-        roots = [lake_uri, *_listed(setting(ROOTS))]
+        lake = lake_uri if "://" in lake_uri else os.path.abspath(lake_uri)  # a lake in the working folder
+        roots = [lake, *_listed(setting(ROOTS))]
         try:
             normalised = tuple(dict.fromkeys(normalise_uri(r) for r in roots))
         except Refused as e:
             raise ValueError(f"{ROOTS}: {e}") from None
         # The deployment's default workload is the operator's choice too: the form proposes it.
-        workloads = tuple(dict.fromkeys([*(_listed(setting(WORKLOADS)) or BUILT_IN),
-                                         *_listed(setting(DEFAULT_WORKLOAD))]))
+        default = _listed(setting(DEFAULT_WORKLOAD)) or [WorkloadConfig.name]
+        workloads = tuple(dict.fromkeys([*(_listed(setting(WORKLOADS)) or BUILT_IN), *default]))
         bad = [w for w in workloads if not re.match(NAME_PATTERN, w)]
         if bad:
             raise ValueError(f"{WORKLOADS}: {bad} are not workload names (a name or package.module:ATTRIBUTE)")

@@ -59,6 +59,8 @@ def run_dag_test(date: str, conf: dict, env: dict, log: Path, out: TextIO = sys.
     """Run a DAG (by default every stage's) for ``date`` in one process; every line to ``log``, the telling
     ones to ``out``."""
     airflow = Path(sys.executable).parent / "airflow"
+    if conf.get("workload"):  # whoever runs `make demo WORKLOAD=…` is the operator: the workload is theirs to allow
+        env = {**env, "AIGC_DEFAULT_WORKLOAD": conf["workload"]}
     console = Console(out)
     console.say(f"{dag_id} for {date} on {env.get('AIGC_LAKE_URI')} (full task log: {log})")
     with log.open("w") as f, subprocess.Popen([str(airflow), "dags", "test", dag_id, date, "-c",
