@@ -7,15 +7,16 @@ import re
 
 from airflow.sdk import Param
 
-from aigc.config.access import URI_FIELDS, AccessPolicy
+from aigc.config.access import AccessPolicy
 from aigc.config.form import fields_of
-from aigc_airflow.runtime import access_policy
+from aigc_airflow.runtime import access_policy, deployment_setting
 
 # The form's preset when a user presses Trigger unchanged (and for scheduled and asset-triggered runs): a
 # deployment sets it (a laptop: demo; a CI cluster: smoke); the full-size "default" otherwise.
 DEFAULT_PRESET = os.environ.get("AIGC_DEFAULT_PRESET", "default")
-# The workload a run serves when none is chosen: a deployment that runs its own model sets it.
-DEFAULT_WORKLOAD = os.environ.get("AIGC_DEFAULT_WORKLOAD", "image")
+# The workload a run serves when none is chosen: a deployment that runs its own model sets it (the environment or
+# [aigc] default_workload, read as the access policy reads it, so the form's default is always an allowed one).
+DEFAULT_WORKLOAD = deployment_setting("AIGC_DEFAULT_WORKLOAD") or "image"
 
 
 def params_for(*stages: str, policy: AccessPolicy | None = None) -> dict[str, Param]:
@@ -40,9 +41,11 @@ def params_for(*stages: str, policy: AccessPolicy | None = None) -> dict[str, Pa
             schema["minimum"] = f.minimum
         if policy.maximum(f) is not None:
             schema["maximum"] = policy.maximum(f)
-        if f.param in URI_FIELDS:
+        if f.param == "raw_uri":
             schema["description"] = f"{f.description} Allowed roots (AIGC_ALLOWED_ROOTS): {', '.join(policy.roots)}."
-            schema["pattern"] = _under_roots(policy.roots, lake_keys=f.param == "prompts_uri")
+            schema["pattern"] = _under_roots(policy.roots, lake_keys=False)
+        elif f.param == "prompts_uri":
+            schema["pattern"] = _under_roots((policy.lake,), lake_keys=True)
         if f.type == "boolean":
             params[f.param] = Param(f.default, type="boolean", **schema)
             continue
@@ -58,7 +61,14 @@ def _under_roots(roots: tuple[str, ...], lake_keys: bool) -> str:
     """A JSON-schema pattern for a value under one of ``roots`` (and, for a prompt file, a bare lake key), with no
     '.' or '..' segment: the form's first check. The tasks' (aigc.config.access) compares real paths."""
     no_dots = r"(?!.*(^|/)\.\.?(/|$))"
-    alternatives = [re.escape(r.rstrip("/")) + r"(/.*)?" for r in roots]
+    forms = [r.rstrip("/") for r in roots] + [f"file://{r.rstrip('/')}" for r in roots if r.startswith("/")]
+    alternatives = [_escape(r) + r"(/.*)?" for r in forms]
     if lake_keys:
         alternatives.append(r"[^/:]+(/.*)?")
-    return f"^{no_dots}({'|'.join(alternatives)})$"
+    return f"^{no_dots}({'|'.join(alternatives)}|)$"  # empty: the field left empty
+
+
+def _escape(text: str) -> str:
+    """``re.escape`` for a pattern the browser compiles too: it escapes '-' and '/', which a JavaScript RegExp in
+    unicode mode refuses outside a character class."""
+    return re.sub(r"([\\.^$*+?()\[\]{}|])", r"\\\1", text)

@@ -100,12 +100,17 @@ def refused(e: Exception):
     return AirflowFailException(f"this run's values are refused before anything was read or written: {e}")
 
 
+AIGC_DAGS = frozenset({"aigc_prepare", "aigc_train", "aigc_deploy", "aigc_generate", "aigc_evaluate", "aigc_pipeline"})
+"""The DAGs whose tasks publish the pipeline's asset events (Airflow records an event's source DAG; a REST client
+that posts an event cannot set it)."""
+
+
 def triggering_events(context: dict[str, Any]) -> list[dict]:
     """The asset events that started this run (none for a scheduled, manual or backfill run), oldest first, as
     {"asset": name, "extra": …}; a watcher's event has its trigger's payload as its extra. Each extra is checked as
-    a form's values are (aigc.config.access.check_event), before the task does anything: a refused event is left out
-    and logged (Airflow may fold it into one run with a stage's own event), and a run started by refused events
-    only fails."""
+    a form's values are (aigc.config.access.check_event), before the task does anything: an event no aigc task
+    published says only what a form could; a refused event is left out and logged (Airflow may fold it into one run
+    with a stage's own event), and a run started by refused events only fails."""
     from aigc.config.access import Refused, check_event
 
     events, refusals, policy = [], [], None
@@ -116,7 +121,7 @@ def triggering_events(context: dict[str, Any]) -> list[dict]:
                 extra = dict(extra.get("payload") or {})
             policy = policy or access_policy()
             try:
-                extra = check_event(extra, policy)
+                extra = check_event(extra, policy, from_pipeline=getattr(e, "source_dag_id", None) in AIGC_DAGS)
             except Refused as err:
                 log.error("an event of %s is left out: %s", getattr(asset, "name", asset), err)
                 refusals.append(err)

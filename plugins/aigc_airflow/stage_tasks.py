@@ -123,10 +123,12 @@ def leased(first, ends: list):
 
     @task
     def release_partition() -> bool:
-        from aigc_airflow.runtime import lease_owner, partition_lease
+        from aigc_airflow.runtime import lease_owner, open_task_lake, partition_date, partition_lease
 
-        context, _cfg, lake, date = run_config(hold=False)
-        return partition_lease(lake, date).release(lease_owner(context))
+        # Not run_config: giving the date back needs no form value, and must not fail if the deployment's limits
+        # changed while the run held it (the lease would stay taken until it expires).
+        context = get_current_context()
+        return partition_lease(open_task_lake(), partition_date(context)).release(lease_owner(context))
 
     claim = claim_partition()
     claim >> first

@@ -133,13 +133,32 @@ def test_a_published_example_secret_stops_the_deployment_before_anything_starts(
     services = compose["services"]
     check = services["secrets-check"]
     assert check["entrypoint"] == ["python", "-m", "aigc.devtools.env_secrets", "check"]
-    assert set(check["environment"]) == set(SECRETS)
+    assert set(check["environment"]) == {*SECRETS, "AIGC_S3_ACCESS_KEY", "AIGC_VIEW_S3_ACCESS_KEY"}
     for name in ("postgres", "redis", "minio"):
         assert services[name]["depends_on"] == {"secrets-check": {"condition": "service_completed_successfully"}}
     old = {**env_made_by_make_secrets(), "AIRFLOW_JWT_SECRET": "change-me-jwt-secret",
            "AIRFLOW_FERNET_KEY": "FFwyBfiFbXIvV0SM5WyJuu7w56sajAZooTka4VVRuAE=", "POSTGRES_PASSWORD": "short"}
     found = problems(old)
     assert [f.split()[0] for f in found] == ["POSTGRES_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET"]
+    made = env_made_by_make_secrets()
+    same_user = {**made, "AIGC_VIEW_S3_ACCESS_KEY": made["AIGC_S3_ACCESS_KEY"]}
+    assert [f.split()[0] for f in problems(same_user)] == ["AIGC_VIEW_S3_ACCESS_KEY"]
+
+
+def test_make_secrets_keeps_a_users_own_settings_and_writes_a_file_only_they_can_read(tmp_path):
+    import os
+    import stat
+
+    from aigc.devtools.env_secrets import main
+
+    target = tmp_path / ".env"
+    target.write_text("AIRFLOW_JWT_SECRET=a-jwt-secret-of-my-own-0123456789\nMY_PROXY=http://proxy:3128\n")
+    target.chmod(0o644)
+    assert main([str(ENV_EXAMPLE), str(target)]) == 0
+    written = dict(ln.split("=", 1) for ln in target.read_text().splitlines() if "=" in ln and ln[0] != "#")
+    assert written["AIRFLOW_JWT_SECRET"] == "a-jwt-secret-of-my-own-0123456789"
+    assert written["MY_PROXY"] == "http://proxy:3128"
+    assert not problems(written) and stat.S_IMODE(os.stat(target).st_mode) == 0o600
 
 
 def test_minio_listens_on_loopback_and_the_view_reads_the_lake_with_a_read_only_key(compose):

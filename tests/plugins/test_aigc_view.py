@@ -64,6 +64,8 @@ def small_lake(tmp_path):
     lake.put_bytes("models/shapes-cvae/v0001/model.safetensors", b"secret-weights")
     lake.put_bytes("models/shapes-cvae/aliases.json", b'{"aliases": {}, "history": [], "secret": "registry"}')
     lake.put_bytes(f"raw/shapes/dt={DATE}/records-00000.jsonl", b'{"secret": "raw"}')
+    lake.put_bytes(f"training/shapes-cvae/dt={DATE}/run=r/_rendezvous.json", b'{"secret": "host:29400"}')
+    lake.put_bytes(f"training/shapes-cvae/dt={DATE}/run=r/_SUMMARY.json", b'{"secret": "summary"}')
     (tmp_path / "outside.json").write_text('{"secret": "outside the lake"}')
     os.symlink(tmp_path / "outside.json", lake.root / RUN / "planted.json")
     return lake
@@ -170,6 +172,8 @@ def test_malformed_and_traversing_keys_are_refused(small_lake, airflow_auth, key
     f"{RUN}/review/shard.parquet",  # a served root, not a served type
     f"{RUN}/.tmp-half-written.html",  # a half-written object
     f"{RUN}/planted.json",  # a symlink out of the lake
+    f"training/shapes-cvae/dt={DATE}/run=r/_rendezvous.json",  # the training nodes' endpoint
+    f"training/shapes-cvae/dt={DATE}/run=r/_SUMMARY.json",
     f"{RUN}/missing.png",
 ])
 def test_objects_the_view_does_not_serve_are_not_found(small_lake, airflow_auth, key):

@@ -10,8 +10,10 @@ from airflow.sdk import Asset
 from aigc_airflow.runtime import annotate_outlets, newest_event, partition_date, run_params, starts_the_chain
 
 
-def event(minute: int, **extra):
-    return SimpleNamespace(extra=extra, timestamp=dt.datetime(2026, 12, 1, 0, minute, tzinfo=dt.UTC))
+def event(minute: int, source: str | None = "aigc_deploy", **extra):
+    """An asset event a task of ``source`` published (None: posted through the REST API, or a watcher's)."""
+    return SimpleNamespace(extra=extra, timestamp=dt.datetime(2026, 12, 1, 0, minute, tzinfo=dt.UTC),
+                           source_dag_id=source)
 
 
 def context(events=None, dag_id="aigc_train", run_type="asset_triggered", logical_date=None, params=None):
@@ -183,3 +185,16 @@ def test_the_operators_limits_come_from_airflow_cfg_before_the_environment(tmp_p
     monkeypatch.setenv("AIRFLOW__AIGC__ALLOWED_WORKLOADS", "text")
     policy = access_policy()
     assert policy.bounds["nnodes"] == 2 and policy.workloads == ("text", "image")  # image: the default workload
+
+
+def test_an_event_no_aigc_task_published_may_not_name_a_model_version_or_a_run(tmp_path, monkeypatch):
+    """A REST client allowed to post asset events is not allowed more than a form's user: the version, run and URIs
+    such an event names are left out (the run then works as if started by hand), its date and params are kept."""
+    monkeypatch.setenv("AIGC_LAKE_URI", str(tmp_path / "lake"))
+    deployable = Asset(name="aigc_model_deployable")
+    posted = {"date": "2026-11-01", "version": "v0001", "model": "shapes-cvae", "run_id": "20261101T000000Z-abc",
+              "chain": True, "params": {"preset": "demo"}}
+    by_rest = newest_event(context({deployable: [event(1, source=None, **posted)]}, dag_id="aigc_generate"))
+    assert by_rest == {"date": "2026-11-01", "chain": True, "params": {"preset": "demo"}}
+    by_deploy = newest_event(context({deployable: [event(1, source="aigc_deploy", **posted)]}, dag_id="aigc_generate"))
+    assert by_deploy["version"] == "v0001" and by_deploy["run_id"] == "20261101T000000Z-abc"

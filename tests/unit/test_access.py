@@ -90,12 +90,12 @@ def test_an_asset_events_params_keys_and_uris_are_checked_like_a_forms(tmp_path)
     p = policy(tmp_path)
     good = {"date": "2026-11-01", "run_id": "20261101T000000Z-abc", "chain": True, "params": {"preset": "demo"},
             "prompts_key": "prompts/shapes/dt=2026-11-01/prompts.jsonl", "run_uri": str(tmp_path / "lake/x")}
-    assert check_event(good, p) == good
+    assert check_event(good, p, from_pipeline=True) == good
     for bad in ({"params": {"workload": "evil:W"}}, {"params": {"raw_uri": "s3://x/y"}}, {"params": "demo"},
                 {"prompts_key": "models/shapes-cvae/aliases.json"}, {"prompts_key": "prompts/../x"},
                 {"date": "yesterday"}, {"run_id": "../x"}, {"run_uri": "s3://elsewhere/x"}):
         with pytest.raises(Refused):
-            check_event({**good, **bad}, p)
+            check_event({**good, **bad}, p, from_pipeline=True)
 
 
 def test_the_operators_policy_at_the_cli_allows_any_root_and_workload_but_still_checks_shapes():
@@ -124,3 +124,23 @@ def test_the_package_requires_a_torch_whose_weights_only_loader_is_safe():
     (torch,) = [d for d in meta["project"]["dependencies"] if re.match(r"torch\b", d)]
     low = re.fullmatch(r"torch>=(\d+)\.(\d+)(?:\.\d+)?", torch)
     assert low and (int(low[1]), int(low[2])) >= (2, 6), torch
+
+
+def test_values_airflow_accepts_are_read_as_it_reads_them_and_odd_ones_are_refused_not_crashed_on(tmp_path):
+    p = policy(tmp_path)
+    assert check_request({"nnodes": 2.0, "raw_uri": "", "prompts_uri": ""}, p) == \
+        {"nnodes": 2, "raw_uri": None, "prompts_uri": None}  # JSON's 2.0; an emptied field means the preset's
+    for bad in ({"min_alignment": float("nan")}, {"max_fid": float("inf")}, {"raw_uri": "/tmp/a\x00b"},
+                {"nnodes": 2.5}):
+        with pytest.raises(Refused):
+            check_request(bad, p)
+    with pytest.raises(Refused):
+        check_event({"date": "2026-11-01", "run_uri": "/tmp/a\x00b"}, p, from_pipeline=True)
+
+
+def test_a_prompt_file_comes_from_the_lake_only_in_either_of_its_url_forms(tmp_path):
+    p = policy(tmp_path, AIGC_ALLOWED_ROOTS=str(tmp_path / "producers"))
+    for ok in (f"file://{tmp_path}/lake/prompts/x.jsonl", f"{tmp_path}/lake/prompts/x.jsonl", "prompts/x.jsonl"):
+        check_request({"prompts_uri": ok}, p)
+    with pytest.raises(Refused, match="the lake"):  # a raw drop may come from there, a prompt file may not
+        check_request({"prompts_uri": str(tmp_path / "producers" / "x.jsonl")}, p)

@@ -138,6 +138,7 @@ def test_a_prompt_file_is_named_by_a_uri_under_the_lake_or_by_its_key(tmp_path):
     lake = LocalLake(tmp_path / "lake")
     key = "prompts/shapes/dt=2026-11-01/prompts.jsonl"
     assert prompts_key_of(lake, lake.url(key)) == key == prompts_key_of(lake, key)
+    assert prompts_key_of(lake, f"{lake.root}/{key}") == key  # a folder lake's path names it as its file:// URL does
     with pytest.raises(ValueError, match="is not in the lake"):
         prompts_key_of(lake, "s3://elsewhere/prompts.jsonl")
 

@@ -22,10 +22,11 @@ imports nothing heavy: the DAG files build their forms from it at parse time.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -64,6 +65,8 @@ class AccessPolicy:
     bounds: Mapping[str, int] = field(default_factory=dict)
     """Largest value per form field (absent: only the form's own bounds)."""
     who: str = "this deployment"
+    lake: str | None = None
+    """The lake's normalised root: the only root a prompt file may come from (it is read as a lake key)."""
 
     @classmethod
     def deployment(cls, lake_uri: str, setting: Callable[[str], str | None] = os.environ.get) -> AccessPolicy:
@@ -88,7 +91,7 @@ class AccessPolicy:
                 bounds[param] = int(raw) if raw not in (None, "") else default
             except ValueError:
                 raise ValueError(f"{bound_setting(param)} must be a whole number, got {raw!r}") from None
-        return cls(normalised, workloads, bounds)
+        return cls(normalised, workloads, bounds, lake=normalised[0])
 
     @classmethod
     def operator(cls) -> AccessPolicy:
@@ -130,7 +133,10 @@ def normalise_uri(uri: str) -> str:
         raise Refused("uri", uri, f"unsupported scheme {parts.scheme!r}: use a folder, file://… or s3://…")
     if not os.path.isabs(path):
         raise Refused("uri", uri, "a folder must be an absolute path (a worker's working folder is nobody's choice)")
-    return os.path.realpath(path)
+    try:
+        return os.path.realpath(path)
+    except ValueError as e:  # an embedded NUL byte
+        raise Refused("uri", uri, str(e)) from None
 
 
 def check_request(values: Mapping[str, Any], policy: AccessPolicy) -> dict[str, Any]:
@@ -143,11 +149,18 @@ def check_request(values: Mapping[str, Any], policy: AccessPolicy) -> dict[str, 
     if preset is not None and preset not in PRESETS:
         raise Refused("preset", preset, f"choose one of {list(PRESETS)}")
     _check_workload(out.get("workload"), policy)
-    for name, value in out.items():
+    for name, value in list(out.items()):
         f = BY_PARAM.get(name)
         if f is None or value is None:
             continue
+        if f.type == "string" and value == "":  # an emptied form field: the preset's value, as before
+            out[name] = None
+            continue
+        if f.type == "integer" and isinstance(value, float) and value.is_integer():  # JSON's 2.0 is Airflow's 2
+            out[name] = value = int(value)
         _check_type(f, value)
+        if f.type == "number" and not math.isfinite(value):
+            raise Refused(name, value, "expected a finite number")
         top = policy.maximum(f)
         if top is not None and value > top:
             if f.param in policy.bounds and top == policy.bounds[f.param] and top != f.maximum:
@@ -189,6 +202,8 @@ def _check_location(name: str, value: str, policy: AccessPolicy) -> None:
         if any(s in (".", "..") for s in value.split("/")):
             raise Refused(name, value, "a lake key has no '.' or '..' segment")
         return
+    if name == "prompts_uri" and policy.lake is not None:
+        policy = replace(policy, roots=(policy.lake,), who="the lake (a prompt file is read from it)")
     try:
         allowed = policy.allows_uri(value)
     except Refused as e:
@@ -199,13 +214,21 @@ def _check_location(name: str, value: str, policy: AccessPolicy) -> None:
                                    "allowed_roots in airflow.cfg")
 
 
-def check_event(extra: Mapping[str, Any], policy: AccessPolicy) -> dict[str, Any]:
-    """An asset event's ``extra`` checked as a trigger's values are: whoever may post an asset event (a REST
-    client with asset permission) may not name more than the form's users. Its ``params`` go through
-    ``check_request``; the date, run id, prompt-file key and every ``*_uri`` it names are checked too."""
+EXTERNAL_EVENT_KEYS = frozenset({"date", "chain", "params", "prompts_key", "prompts_uri", "size", "file_version",
+                                 "sha256", "claimed_at", "acknowledged_by"})
+"""What an event the pipeline did not publish may say: a date, the form values a run carries on with (checked as a
+form's), and a dropped prompt file in the lake (the watcher's payload). A REST client with permission to post asset
+events may ask for no more than a form's user: a model version, a run or a URI of its choosing is left out."""
+
+
+def check_event(extra: Mapping[str, Any], policy: AccessPolicy, *, from_pipeline: bool = False) -> dict[str, Any]:
+    """An asset event's ``extra`` checked as a trigger's values are. ``from_pipeline``: a task of an aigc DAG
+    published it (Airflow records the source DAG, which a REST client cannot set); otherwise only
+    ``EXTERNAL_EVENT_KEYS`` are kept. Its ``params`` go through ``check_request``; the date, run id, prompt-file key
+    and every ``*_uri`` it names are checked too."""
     from aigc.lake.keys import LakeKeyError, parse_date, validate_key, validate_run_id
 
-    out = dict(extra)
+    out = {k: v for k, v in extra.items() if from_pipeline or k in EXTERNAL_EVENT_KEYS}
     try:
         if out.get("date") is not None:
             out["date"] = parse_date(out["date"]).isoformat()
@@ -214,16 +237,16 @@ def check_event(extra: Mapping[str, Any], policy: AccessPolicy) -> dict[str, Any
         key = out.get("prompts_key")
         if key is not None and not (isinstance(key, str) and validate_key(key).startswith("prompts/")):
             raise Refused("prompts_key", key, "a dropped prompt file's key is under prompts/ in the lake")
+        for name, value in out.items():
+            if name.endswith("_uri") and name not in URI_FIELDS and isinstance(value, str):
+                _check_location(name, value, policy)
+    except Refused:
+        raise
     except (LakeKeyError, ValueError, TypeError) as e:
-        if isinstance(e, Refused):
-            raise
         raise Refused("asset event", dict(extra), str(e)) from None
     params = out.get("params")
     if params is not None:
         if not isinstance(params, Mapping):
             raise Refused("params", params, "an asset event's params are an object of form values")
         out["params"] = check_request(params, policy)
-    for name, value in out.items():
-        if name.endswith("_uri") and name not in URI_FIELDS and isinstance(value, str):
-            _check_location(name, value, policy)
     return out

@@ -38,7 +38,11 @@ def generate(name: str) -> str:
 
 def problems(env: dict[str, str]) -> list[str]:
     """What is wrong with each secret in ``env``, one line per secret; empty when every one may be used."""
-    return [p for name in SECRETS if (p := problem(name, env.get(name, "")))]
+    found = [p for name in SECRETS if (p := problem(name, env.get(name, "")))]
+    if env.get("AIGC_S3_ACCESS_KEY") and env.get("AIGC_S3_ACCESS_KEY") == env.get("AIGC_VIEW_S3_ACCESS_KEY"):
+        found.append("AIGC_VIEW_S3_ACCESS_KEY is the pipeline's own key: the view's must be a user of its own "
+                     "(minio-init would give the pipeline's user the view's password and read-only policy)")
+    return found
 
 
 def problem(name: str, value: str) -> str | None:
@@ -64,16 +68,20 @@ def fill(example: str, current: str | None = None) -> tuple[str, list[str]]:
     """``example``'s lines, with each secret that ``current`` (an existing .env) does not set well generated, and the
     other values ``current`` sets kept; (the new text, the names generated)."""
     kept = _values(current or "")
-    out, made = [], []
+    out, made, named = [], [], set()
     for line in example.splitlines():
         name, eq, value = line.partition("=")
         if eq and not line.lstrip().startswith("#"):
+            named.add(name)
             value = kept.get(name, value)
             if name in SECRETS and problem(name, value):
                 value = generate(name)
                 made.append(name)
             line = f"{name}={value}"
         out.append(line)
+    extra = [f"{k}={v}" for k, v in kept.items() if k not in named]  # the user's own settings stay
+    if extra:
+        out += ["", "# --- Kept from the existing .env (not in .env.example) ---", *extra]
     return "\n".join(out) + "\n", made
 
 
@@ -94,8 +102,10 @@ def main(argv: list[str]) -> int:
         return 0
     example, target = (Path(a) for a in (argv + [".env.example", ".env"][len(argv):])[:2])
     text, made = fill(example.read_text(), target.read_text() if target.exists() else None)
-    target.write_text(text)
-    target.chmod(0o600)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others, not even briefly
+    os.fchmod(fd, 0o600)  # an existing .env that was
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
     print(f"{target}: generated {', '.join(made) or 'nothing (every secret was set)'}")
     return 0
 

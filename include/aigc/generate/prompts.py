@@ -18,6 +18,7 @@ import datetime as dt
 import json
 import random
 from importlib import resources
+from pathlib import Path
 
 from aigc.config import GenerateConfig
 from aigc.generate.pinned import BadPrompts
@@ -39,9 +40,12 @@ def prompts_key(dataset: str, date: str | dt.date) -> str:
 
 def prompts_key_of(lake: Lake, uri: str) -> str:
     """The lake key of a prompt file given as a URI under the lake or as a key; ValueError for one elsewhere."""
-    root = lake.uri.rstrip("/") + "/"
-    if uri.startswith(root):
-        return uri[len(root):]
+    roots = [lake.uri.rstrip("/") + "/"]
+    if isinstance(getattr(lake, "root", None), Path):  # a folder lake: its path names it as well as its file:// URL
+        roots.append(str(lake.root).rstrip("/") + "/")
+    for root in roots:
+        if uri.startswith(root):
+            return uri[len(root):]
     if "://" in uri or uri.startswith("/"):
         raise ValueError(f"prompt file {uri} is not in the lake {lake.uri}: copy it under the lake (for example "
                          f"to {lake.url('prompts/<dataset>/dt=<date>/' + FILE)})")

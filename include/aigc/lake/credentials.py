@@ -28,10 +28,12 @@ if TYPE_CHECKING:
     from aigc.lake.s3 import S3Lake
 
 URI_ENV, TOKEN_ENV = "AIGC_S3_CREDENTIALS_URI", "AIGC_S3_CREDENTIALS_TOKEN"
-LONG_LIVED = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AIGC_S3_ROLE_ARN",
-              "AIRFLOW_CONN_AWS_DEFAULT")
-"""What a child never receives while credentials are served: the keys, the role (it would assume it with them),
-and the Airflow connection that holds them."""
+LONG_LIVED = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AIGC_S3_ROLE_ARN", "AWS_ROLE_ARN",
+              "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE")
+"""What a child never receives while credentials are served: the keys, the role and whatever would assume it."""
+NEVER_FOR_CHILDREN = ("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIGC_RDZV_SECRET")
+"""Prefixes no training worker needs and none should hold: Airflow's settings (the Fernet key, the JWT secret, the
+metadata DB's password), its connections and variables, and the rendezvous secret (the launcher signs)."""
 
 
 @contextlib.contextmanager
@@ -82,7 +84,10 @@ def fetch(uri: str, token: str, timeout_s: float = 10.0) -> dict:
     import urllib.request
 
     request = urllib.request.Request(uri, headers={"Authorization": token})
-    with urllib.request.urlopen(request, timeout=timeout_s) as reply:  # noqa: S310 - a loopback http URL we made
+    # No proxy, whatever HTTP_PROXY says (as botocore's container provider): the token and the credentials stay on
+    # this host.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=timeout_s) as reply:
         c = json.loads(reply.read())
     return {"access_key": c["AccessKeyId"], "secret_key": c["SecretAccessKey"], "token": c["Token"],
             "expiry_time": c["Expiration"]}
@@ -90,10 +95,12 @@ def fetch(uri: str, token: str, timeout_s: float = 10.0) -> dict:
 
 @contextlib.contextmanager
 def children_credentials(lake, base: dict[str, str]) -> Iterator[dict[str, str]]:
-    """The environment for child processes that open ``lake``: ``base`` as it is, or for an S3 lake with a role,
-    ``base`` without any long-lived key and with the role's credentials served for as long as this is open."""
+    """The environment for child processes that open ``lake``: ``base`` without Airflow's secrets
+    (``NEVER_FOR_CHILDREN``), and for an S3 lake with a role also without any long-lived key, with the role's
+    credentials served for as long as this is open."""
     from aigc.lake.s3 import S3Lake
 
+    base = {k: v for k, v in base.items() if not k.startswith(NEVER_FOR_CHILDREN)}
     if not (isinstance(lake, S3Lake) and lake.options.role_arn):
         yield base
         return
@@ -103,4 +110,4 @@ def children_credentials(lake, base: dict[str, str]) -> Iterator[dict[str, str]]
 
 def child_env(base: dict[str, str], served: dict[str, str]) -> dict[str, str]:
     """``base`` (the parent's environment) without any long-lived key, plus the served credentials' variables."""
-    return {**{k: v for k, v in base.items() if k not in LONG_LIVED}, **served}
+    return {**{k: v for k, v in base.items() if k not in LONG_LIVED and k != "AIRFLOW_CONN_AWS_DEFAULT"}, **served}

@@ -6,14 +6,15 @@ Airflow places each node's task on whichever worker takes it, so no host can be 
 object (with a deadline) and join. The run id, the same for every node of a DAG run, names the object, and it is
 also torchrun's rendezvous id.
 
-The record is trusted only as far as it is bound: it is created once (a conditional write; node 0's retry
-replaces only a record of its own run, with If-Match on the one it read), it names its run, and where the
+The record is trusted only as far as it is bound: it is created once (a conditional write; node 0, which owns the
+key, replaces whatever else is there with If-Match on what it read), it names its run and its key, and where the
 deployment sets ``AIGC_RDZV_SECRET`` (the compose file requires it) it carries an HMAC-SHA256 of its content under
-that secret, without which no node joins it or treats it as its own. Write access to the lake then cannot send the
-nodes to another endpoint: torch's rendezvous exchanges pickled state with that endpoint
-(``torch.distributed.elastic.rendezvous.dynamic_rendezvous``), so an endpoint is code execution, and the port
-node 0 opens must be reachable from the training nodes only (the deployment's network, not the internet).
-Node 0 announces the address the deployment names (``AIGC_RDZV_HOST``), and the free port is sought on it.
+that secret, without which no node joins it. Write access to the lake then cannot send the nodes to another
+endpoint: torch's rendezvous exchanges pickled state with that endpoint
+(``torch.distributed.elastic.rendezvous.dynamic_rendezvous``), so an endpoint is code execution. For the same
+reason the port node 0 opens must be reachable from the training nodes only: node 0 announces the address the
+deployment names (``AIGC_RDZV_HOST``, also torchrun's ``--local-addr``), but torch's TCPStore listens on that port
+on every interface, so the deployment's network (or a firewall) must keep it from anyone else.
 """
 
 from __future__ import annotations
@@ -53,28 +54,27 @@ def rendezvous_key(model: str, date: str, run_id: str) -> str:
 def announce(lake: Lake, key: str, run_id: str, started: float | None = None) -> str:
     """Node 0: this host's address (``AIGC_RDZV_HOST``, else its fully qualified name) and a port (``AIGC_RDZV_PORT``,
     else a free one on that address) written to ``key``, bound to ``run_id``; the ``host:port`` endpoint.
-    RendezvousRefused if ``key`` holds a record another run (or anyone without the secret) wrote and this node may
-    not replace."""
+    Whatever else ``key`` holds (an earlier try's record, one planted there) is replaced; RendezvousRefused only if
+    it changes again while node 0 replaces it."""
     host = os.environ.get(HOST_ENV) or socket.getfqdn()
     port = int(os.environ.get(PORT_ENV) or 0) or _free_port(os.environ.get(HOST_ENV) or "")
-    record = signed({"endpoint": f"{host}:{port}", "run_id": run_id, "nonce": secrets.token_hex(8),
+    record = signed({"endpoint": f"{host}:{port}", "run_id": run_id, "key": key, "nonce": secrets.token_hex(8),
                      "announced_at": dt.datetime.now(dt.UTC).isoformat(),
                      "started": started if started is not None else time.time()})
     data = json.dumps(record, sort_keys=True).encode()
     try:
         lake.put_if_absent(key, data)
-    except PreconditionFailed:  # a retry of node 0, or a record planted before it
+    except PreconditionFailed:  # a retry of node 0, or a record planted before it: node 0 owns this key
         body, etag = lake.get_with_etag(key)
         found = _parse(body)
-        if found is not None and found.get("run_id") == run_id and _authentic(found):
-            lake.put_if_match(key, data, etag)  # this run's own, older announcement: a retry moves the endpoint
-        elif _secret() is not None and not _authentic(found or {}):
-            lake.put_if_match(key, data, etag)  # a record no node would join (unsigned or forged): replaced
-            log.warning("replaced a rendezvous record at %s that was not signed with %s", lake.url(key), SECRET_ENV)
-        else:
-            other = (found or {}).get("run_id")
-            raise RendezvousRefused(f"{lake.url(key)} holds a rendezvous of another run ({other!r}, not {run_id!r}): "
-                                    "start this run with a new run id") from None
+        if not (found is not None and _joinable(found, key, run_id)):
+            log.warning("replacing a rendezvous record at %s that no node of run %s would join: %r", lake.url(key),
+                        run_id, found)
+        try:
+            lake.put_if_match(key, data, etag)
+        except PreconditionFailed:
+            raise RendezvousRefused(f"{lake.url(key)} changed while node 0 of run {run_id} replaced it: another "
+                                    "process writes this run's rendezvous; start the run with a new run id") from None
     if _secret() is None:
         log.warning("the rendezvous record at %s is not signed: set %s on every training node so that write access "
                     "to the lake cannot redirect the nodes", lake.url(key), SECRET_ENV)
@@ -94,7 +94,7 @@ def await_endpoint(lake: Lake, key: str, run_id: str, timeout_s: float, *, poll_
         except ObjectNotFound:
             found = None
         else:
-            if found is not None and found.get("run_id") == run_id and _authentic(found):
+            if found is not None and _joinable(found, key, run_id):
                 return found["endpoint"]
             seen_bad = found
         if clock() >= deadline:
@@ -113,13 +113,18 @@ def signed(record: dict) -> dict:
     return {**record, "signature": _mac(secret, record)} if secret is not None else dict(record)
 
 
-def _authentic(record: dict) -> bool:
-    """Signed with this deployment's secret; without a secret, any record that names the run (a laptop's)."""
+def _joinable(record: dict, key: str, run_id: str) -> bool:
+    """A record of this run at this key, signed with this deployment's secret (without a secret: any record that
+    names them, a laptop's). The key is signed too, so a record copied from another run's key is refused."""
+    if record.get("run_id") != run_id or record.get("key", key) != key:
+        return False
     secret = _secret()
     if secret is None:
         return True
     body = {k: v for k, v in record.items() if k != "signature"}
-    return isinstance(record.get("signature"), str) and hmac.compare_digest(record["signature"], _mac(secret, body))
+    signature = record.get("signature")
+    return (isinstance(signature, str) and record.get("key") == key
+            and hmac.compare_digest(signature.encode("utf-8", "replace"), _mac(secret, body).encode()))
 
 
 def _mac(secret: bytes, record: dict) -> str:

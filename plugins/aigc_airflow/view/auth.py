@@ -66,26 +66,36 @@ class Reader:
         """403 unless the user may read every one of ``stages``' DAGs."""
         missing = [STAGE_DAGS[s] for s in stages if s not in self.stages]
         if missing:
-            raise HTTPException(403, f"this page shows what {', '.join(missing)} published: it needs read access "
-                                     f"to those DAGs (or to {ALL_STAGES_DAG})")
+            raise NotAllowed(f"this page shows what {', '.join(missing)} published: it needs read access "
+                             f"to those DAGs (or to {ALL_STAGES_DAG})")
 
 
-async def require_reader(request: Request, user: Annotated[object, Depends(require_user)]) -> Reader:
-    """The user, if the auth manager grants the AIGC view and read access to at least one aigc DAG; 403 otherwise."""
+class NotAllowed(HTTPException):
+    """403 for a user who is logged in but not granted what a page shows: an answer, not a trip to the login page
+    (which would send them straight back here, or round in a loop with single sign-on)."""
+
+    def __init__(self, detail: str):
+        super().__init__(403, detail)
+
+
+def require_reader(user: Annotated[object, Depends(require_user)]) -> Reader:
+    """The user, if the auth manager grants the AIGC view and read access to at least one aigc DAG; 403 otherwise.
+    A plain function: FastAPI runs it in its thread pool, as Airflow's own ``requires_access_*`` (the auth manager
+    may query a database or an identity provider)."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 
     manager = get_auth_manager()
     if not manager.is_authorized_custom_view(method="GET", resource_name=VIEW_RESOURCE, user=user):
-        raise HTTPException(403, f"the AIGC view needs the {VIEW_RESOURCE!r} view permission")
+        raise NotAllowed(f"the AIGC view needs the {VIEW_RESOURCE!r} view permission")
 
     def reads(dag_id: str) -> bool:
         return manager.is_authorized_dag(method="GET", details=DagDetails(id=dag_id), user=user)
 
     stages = frozenset(STAGE_DAGS) if reads(ALL_STAGES_DAG) else frozenset(s for s, d in STAGE_DAGS.items() if reads(d))
     if not stages:
-        raise HTTPException(403, f"the AIGC view shows what the aigc DAGs published: it needs read access to "
-                                 f"{ALL_STAGES_DAG} or to one of {sorted(STAGE_DAGS.values())}")
+        raise NotAllowed(f"the AIGC view shows what the aigc DAGs published: it needs read access to "
+                         f"{ALL_STAGES_DAG} or to one of {sorted(STAGE_DAGS.values())}")
     return Reader(user, stages)
 
 
@@ -95,7 +105,7 @@ ReaderDep = Annotated[Reader, Depends(require_reader)]
 
 async def refused(request: Request, exc: HTTPException):
     """Exception handler: a refused browser page view goes to the login page, anything else gets the error."""
-    if exc.status_code in (401, 403) and _is_browser_page_view(request):
+    if exc.status_code in (401, 403) and not isinstance(exc, NotAllowed) and _is_browser_page_view(request):
         from airflow.api_fastapi.app import get_auth_manager
 
         return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)

@@ -48,7 +48,9 @@ def servable_key(key: str) -> str:
     except LakeKeyError as e:
         raise HTTPException(400, f"bad lake key: {e}") from None
     parts = key.split("/")
-    if parts[0] not in SERVED_ROOTS or any(p.startswith(".") for p in parts):
+    # "_…" files are the pipeline's own records (a run's summary, markers, the training nodes' rendezvous: an
+    # endpoint that exchanges pickles), not something to show; Data Docs' "__none__" folders are fine.
+    if parts[0] not in SERVED_ROOTS or any(p.startswith(".") for p in parts) or parts[-1].startswith("_"):
         raise HTTPException(404, f"the AIGC view serves only objects under {sorted(SERVED_ROOTS)}")
     if PurePosixPath(key).suffix not in CONTENT_TYPES:
         raise HTTPException(404, f"the AIGC view serves only {sorted(CONTENT_TYPES)} files")

@@ -12,7 +12,6 @@ import pytest
 from aigc.lake import LocalLake
 from aigc.train.rendezvous import (
     SECRET_ENV,
-    RendezvousRefused,
     RendezvousTimeout,
     announce,
     await_endpoint,
@@ -58,13 +57,26 @@ def test_a_record_written_by_someone_with_lake_access_but_not_the_secret_is_neve
         no_wait(lake)
 
 
-def test_a_record_of_another_run_is_neither_joined_nor_replaced(lake):
-    other = announce(lake, KEY, "20261101T000000Z-other")
+def test_a_record_of_another_run_or_key_is_never_joined_and_node_0_replaces_it(lake):
+    other_key = rendezvous_key("shapes-cvae", "2026-10-01", RUN)
+    announce(lake, other_key, RUN)  # authentic, for this run id, but another key (another date)
+    lake.put_bytes(KEY, lake.get_bytes(other_key))  # copied here
     with pytest.raises(RendezvousTimeout):
         no_wait(lake)
-    with pytest.raises(RendezvousRefused, match="another run"):
-        announce(lake, KEY, RUN)
-    assert lake.get_json(KEY)["endpoint"] == other
+    announce(lake, KEY, "20261101T000000Z-other")
+    with pytest.raises(RendezvousTimeout):
+        no_wait(lake)
+    mine = announce(lake, KEY, RUN)  # node 0 owns its key: whatever else is there is replaced
+    assert no_wait(lake) == mine
+
+
+def test_a_planted_record_that_is_not_even_well_formed_neither_crashes_nor_is_joined(lake):
+    non_ascii = json.dumps({"endpoint": "x:1", "run_id": RUN, "key": KEY, "signature": "é"}).encode()
+    for planted in (non_ascii, b"not json", b'{"endpoint": 5}', b"[]"):
+        lake.put_bytes(KEY, planted)
+        with pytest.raises(RendezvousTimeout):
+            no_wait(lake)
+    assert announce(lake, KEY, RUN) == no_wait(lake)
 
 
 def test_without_a_secret_the_run_binding_still_holds_and_node_0_warns(lake, monkeypatch, caplog):
