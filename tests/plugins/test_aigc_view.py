@@ -130,6 +130,10 @@ def test_a_user_the_auth_manager_grants_no_aigc_dag_gets_403_from_every_route(sm
         assert refused.status_code == 403 and "AIGC" in refused.json()["detail"], path
         assert "secret" not in refused.text
         assert client.get(path, headers=bearer(airflow_auth.token())).status_code != 403, path
+    # In a browser, logged in but not allowed: told so, not sent to the login page (which would send it back here).
+    client.cookies.set("_token", outsider)
+    page = client.get("/aigc/registry", headers={"Accept": "text/html"}, follow_redirects=False)
+    assert page.status_code == 403 and "location" not in page.headers
 
 
 def test_each_page_needs_the_dags_whose_publications_it_shows():
