@@ -308,7 +308,8 @@ def test_a_trigger_outside_what_the_deployment_allows_is_refused_and_reads_and_w
                                         "/upstreamAssetEvents")["asset_events"]
         return any(e["extra"].get("probe") == probe for e in events)
 
-    run = local_stack.wait_for_a_run("aigc_train", started_by_probe, "the run the refused event starts", timeout=300)
+    run = local_stack.wait_for_a_run("aigc_train", started_by_probe, "the run the refused event starts", timeout=300,
+                                     interval=1)  # it fails in its first task: seconds
     assert run["state"] == "failed"
     states = {t["task_id"]: t["state"] for t in local_stack.task_instances(run["dag_run_id"], "aigc_train")}
     assert states["wanted"] == "failed" and states.get("train") != "success", states

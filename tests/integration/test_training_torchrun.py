@@ -155,13 +155,13 @@ def test_an_empty_window_fails_with_the_workers_reason(tmp_path):
     assert "EmptyWindow: no published curated partition of 'shapes'" in summary["error"]
 
 
-@pytest.mark.parametrize("role", [None, "arn:aws:iam::123456789012:role/aigc-lake"])
-def test_training_reads_and_writes_an_s3_lake(s3_server, role):
-    """With a role, the workers hold no key: they read and write with the role credentials the launcher serves
-    them (aigc.lake.credentials), so the run succeeding shows they got them."""
+def test_training_reads_and_writes_an_s3_lake_and_its_workers_hold_no_key(s3_server):
+    """With a role on the lake, the workers get neither the keys nor the role: they read and write with the role
+    credentials the launcher serves them (aigc.lake.credentials), so the run succeeding shows they got them. (Without
+    a role, training on S3 runs in tests/integration/test_stage_dags_match_the_cli.py.)"""
     lake = S3Lake(f"s3://{s3_server.bucket}/train-{uuid.uuid4().hex[:8]}", s3_server.options())
     publish_day(lake, DATE, n=300)
-    env = {**s3_server.env(), **({"AIGC_S3_ROLE_ARN": role} if role else {})}
+    env = {**s3_server.env(), "AIGC_S3_ROLE_ARN": "arn:aws:iam::123456789012:role/aigc-lake"}
     out, summary = aigc_train(lake.uri, "--nproc", "2", "--steps", "10", "--eval-every", "10", "--no-gate", env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert summary["run_uri"].startswith("s3://") and lake.exists(

@@ -206,7 +206,7 @@ class AirflowStack:
                 print(f"{dag_id} run {run_id}: {state}; failed tasks {failed}; task logs under {self.home / 'logs'}")
         return states
 
-    def wait_for_a_run(self, dag_id: str, matches, what: str, timeout: float = 900) -> dict:
+    def wait_for_a_run(self, dag_id: str, matches, what: str, timeout: float = 900, interval: float = 5) -> dict:
         """The first run of ``dag_id`` for which ``matches(run)`` holds, once it has finished (success or not)."""
         def found():
             self.assert_alive()
@@ -215,7 +215,7 @@ class AirflowStack:
             done = [r for r in self.runs(dag_id) if r["state"] in ("success", "failed") and matches(r)]
             return done[0] if done else None
 
-        return self.wait_until(found, timeout, what, interval=5)
+        return self.wait_until(found, timeout, what, interval=interval)
 
     # -- plumbing -----------------------------------------------------------------------
     def _http(self, method, path, body=None, auth=True, missing_ok=False):
