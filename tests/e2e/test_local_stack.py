@@ -81,9 +81,19 @@ def test_a_form_run_of_aigc_generate_waits_for_the_api_run_of_its_date_then_publ
         chromium.type_into("input[name=element_prompts_uri]", "requests/form.jsonl")  # a key in the lake
         chromium.shot("01-trigger-form")
         chromium.all_xpath("//button[normalize-space()='Trigger']")[-1].click()  # the form's, not the header's
-        form_run = chromium.until(
-            lambda: ({r["dag_run_id"] for r in local_stack.runs("aigc_generate")} - before or {None}).pop(),
-            "the form's run to appear")
+
+        def form_run_appeared():
+            return ({r["dag_run_id"] for r in local_stack.runs("aigc_generate")} - before or {None}).pop()
+
+        try:
+            form_run = chromium.until(form_run_appeared, "the form's run to appear", timeout=75)
+        except AssertionError:
+            # On SQLite the api-server can stall every write for its 60 s busy timeout (seen once in three fresh-clone
+            # runs on 2026-12-05: the form's POST answered 500 after 60 s, tasks starting then were killed for the
+            # same wait). The form stays open with its error: the user presses Trigger again, and so does this test.
+            chromium.shot("01b-trigger-answered-an-error")
+            chromium.all_xpath("//button[normalize-space()='Trigger']")[-1].click()
+            form_run = chromium.until(form_run_appeared, "the form's run to appear after a second press", timeout=75)
         api_still_holds = local_stack.task_state(api_run, "release_partition") in (None, "scheduled", "queued")
         run = local_stack.api("GET", f"/api/v2/dags/aigc_generate/dagRuns/{form_run}")
         assert run["conf"]["prompts_uri"] == "requests/form.jsonl" and run["conf"]["preset"] == "smoke"
