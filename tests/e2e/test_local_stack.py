@@ -90,7 +90,7 @@ def test_a_form_run_of_aigc_generate_waits_for_the_api_run_of_its_date_then_publ
         except AssertionError:
             # On SQLite the api-server can stall every write for its 60 s busy timeout (seen once in three fresh-clone
             # runs on 2026-12-05: the form's POST answered 500 after 60 s, tasks starting then were killed for the
-            # same wait). The form stays open with its error: the user presses Trigger again, and so does this test.
+            # same wait). A user whose press failed presses Trigger again, and so does this test (once).
             chromium.shot("01b-trigger-answered-an-error")
             chromium.all_xpath("//button[normalize-space()='Trigger']")[-1].click()
             form_run = chromium.until(form_run_appeared, "the form's run to appear after a second press", timeout=75)
