@@ -14,10 +14,15 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, AssetWatcher
 
+from aigc.config.form import STAGES
 from aigc_airflow.triggers import PromptFileTrigger
 
 ALL_STAGES_DAG = "aigc_pipeline"
 """The DAG that runs every stage in one run (make demo, a one-off run of a date): its events start nothing."""
+STAGE_DAGS = {stage: f"aigc_{stage}" for stage in STAGES}
+"""Each stage's own DAG (dags/aigc_<stage>.py)."""
+AIGC_DAGS = frozenset({*STAGE_DAGS.values(), ALL_STAGES_DAG})
+"""The DAGs whose tasks publish the pipeline's asset events."""
 PIPELINE_DATASET = "shapes"
 
 CURATED = Asset(name="aigc_curated_shapes")

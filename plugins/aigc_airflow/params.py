@@ -7,6 +7,7 @@ import re
 
 from airflow.sdk import Param
 
+from aigc.config import PRESETS, WorkloadConfig
 from aigc.config.access import AccessPolicy
 from aigc.config.form import fields_of
 from aigc_airflow.runtime import access_policy, deployment_setting
@@ -16,7 +17,7 @@ from aigc_airflow.runtime import access_policy, deployment_setting
 DEFAULT_PRESET = os.environ.get("AIGC_DEFAULT_PRESET", "default")
 # The workload a run serves when none is chosen: a deployment that runs its own model sets it (the environment or
 # [aigc] default_workload, read as the access policy reads it, so the form's default is always an allowed one).
-DEFAULT_WORKLOAD = deployment_setting("AIGC_DEFAULT_WORKLOAD") or "image"
+DEFAULT_WORKLOAD = deployment_setting("AIGC_DEFAULT_WORKLOAD") or WorkloadConfig.name
 
 
 def params_for(*stages: str, policy: AccessPolicy | None = None) -> dict[str, Param]:
@@ -25,7 +26,7 @@ def params_for(*stages: str, policy: AccessPolicy | None = None) -> dict[str, Pa
     form and the REST API refuse a value outside at trigger time; every task checks again (run_params), for the
     runs asset events start."""
     policy = policy or access_policy()
-    params = {"preset": Param(DEFAULT_PRESET, enum=["default", "demo", "smoke"], title="Preset",
+    params = {"preset": Param(DEFAULT_PRESET, enum=list(PRESETS), title="Preset",
                               description="Named configuration: 'demo' is small enough for a laptop in minutes; "
                                           "'smoke' checks a deployment end to end in about one (its model is not "
                                           "meant to be good). The fields below override it."),

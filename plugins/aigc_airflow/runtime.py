@@ -100,11 +100,6 @@ def refused(e: Exception):
     return AirflowFailException(f"this run's values are refused before anything was read or written: {e}")
 
 
-AIGC_DAGS = frozenset({"aigc_prepare", "aigc_train", "aigc_deploy", "aigc_generate", "aigc_evaluate", "aigc_pipeline"})
-"""The DAGs whose tasks publish the pipeline's asset events (Airflow records an event's source DAG; a REST client
-that posts an event cannot set it)."""
-
-
 def triggering_events(context: dict[str, Any]) -> list[dict]:
     """The asset events that started this run (none for a scheduled, manual or backfill run), oldest first, as
     {"asset": name, "extra": …}; a watcher's event has its trigger's payload as its extra. Each extra is checked as
@@ -112,6 +107,7 @@ def triggering_events(context: dict[str, Any]) -> list[dict]:
     published says only what a form could; a refused event is left out and logged (Airflow may fold it into one run
     with a stage's own event), and a run started by refused events only fails."""
     from aigc.config.access import Refused, check_event
+    from aigc_airflow.assets import AIGC_DAGS  # Airflow records an event's source DAG: a REST client cannot set it
 
     events, refusals, policy = [], [], None
     for asset, asset_events in (context.get("triggering_asset_events") or {}).items():

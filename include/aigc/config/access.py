@@ -30,12 +30,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from aigc.config import PRESETS
 from aigc.config.form import BY_PARAM, FormField
 from aigc.config.workload import BUILT_IN, NAME_PATTERN, WorkloadConfig
 
 ROOTS, WORKLOADS = "AIGC_ALLOWED_ROOTS", "AIGC_ALLOWED_WORKLOADS"
 DEFAULT_WORKLOAD = "AIGC_DEFAULT_WORKLOAD"
-PRESETS = ("default", "demo", "smoke")
 URI_FIELDS = ("raw_uri", "prompts_uri")
 DEFAULT_BOUNDS: Mapping[str, int] = {
     "n_records": 1_000_000, "prepare_parts": 64, "train_steps": 100_000, "window_days": 92, "nproc": 8,
@@ -79,8 +79,8 @@ class AccessPolicy:
         except Refused as e:
             raise ValueError(f"{ROOTS}: {e}") from None
         # The deployment's default workload is the operator's choice too: the form proposes it.
-        default = _listed(setting(DEFAULT_WORKLOAD)) or [WorkloadConfig.name]
-        workloads = tuple(dict.fromkeys([*(_listed(setting(WORKLOADS)) or BUILT_IN), *default]))
+        default_workload = _listed(setting(DEFAULT_WORKLOAD)) or [WorkloadConfig.name]
+        workloads = tuple(dict.fromkeys([*(_listed(setting(WORKLOADS)) or BUILT_IN), *default_workload]))
         bad = [w for w in workloads if not re.match(NAME_PATTERN, w)]
         if bad:
             raise ValueError(f"{WORKLOADS}: {bad} are not workload names (a name or package.module:ATTRIBUTE)")
@@ -163,11 +163,9 @@ def check_request(values: Mapping[str, Any], policy: AccessPolicy) -> dict[str, 
             raise Refused(name, value, "expected a finite number")
         top = policy.maximum(f)
         if top is not None and value > top:
-            if f.param in policy.bounds and top == policy.bounds[f.param] and top != f.maximum:
-                how = (f"{policy.who}'s bound: an operator raises {bound_setting(f.param)} in the workers' "
-                       f"environment, or [aigc] max_{f.param} in airflow.cfg")
-            else:
-                how = "the form's own maximum"
+            how = ("the form's own maximum" if top == f.maximum else
+                   f"{policy.who}'s bound: an operator raises {bound_setting(f.param)} in the workers' environment, "
+                   f"or [aigc] max_{f.param} in airflow.cfg")
             raise Refused(name, value, f"the largest value a trigger may set is {top:g} ({how})")
         if f.minimum is not None and value < f.minimum:
             raise Refused(name, value, f"the smallest allowed value is {f.minimum:g}")

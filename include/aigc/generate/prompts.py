@@ -18,11 +18,10 @@ import datetime as dt
 import json
 import random
 from importlib import resources
-from pathlib import Path
 
 from aigc.config import GenerateConfig
 from aigc.generate.pinned import BadPrompts
-from aigc.lake import Lake
+from aigc.lake import Lake, LocalLake
 from aigc.lake.base import ObjectNotFound
 from aigc.lake.keys import join, parse_date, partition
 
@@ -41,7 +40,7 @@ def prompts_key(dataset: str, date: str | dt.date) -> str:
 def prompts_key_of(lake: Lake, uri: str) -> str:
     """The lake key of a prompt file given as a URI under the lake or as a key; ValueError for one elsewhere."""
     roots = [lake.uri.rstrip("/") + "/"]
-    if isinstance(getattr(lake, "root", None), Path):  # a folder lake: its path names it as well as its file:// URL
+    if isinstance(lake, LocalLake):  # a folder lake: its path names it as well as its file:// URL
         roots.append(str(lake.root).rstrip("/") + "/")
     for root in roots:
         if uri.startswith(root):

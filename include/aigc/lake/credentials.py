@@ -110,4 +110,4 @@ def children_credentials(lake, base: dict[str, str]) -> Iterator[dict[str, str]]
 
 def child_env(base: dict[str, str], served: dict[str, str]) -> dict[str, str]:
     """``base`` (the parent's environment) without any long-lived key, plus the served credentials' variables."""
-    return {**{k: v for k, v in base.items() if k not in LONG_LIVED and k != "AIRFLOW_CONN_AWS_DEFAULT"}, **served}
+    return {**{k: v for k, v in base.items() if k not in LONG_LIVED}, **served}

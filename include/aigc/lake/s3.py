@@ -8,7 +8,7 @@ import io
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from urllib.parse import urlparse
@@ -142,12 +142,17 @@ def _assumed_role_session(o: S3Options) -> boto3.session.Session:
     if o.credentials_uri:
         from aigc.lake.credentials import fetch
 
-        def served() -> dict:
+        def refresh() -> dict:
             return fetch(o.credentials_uri, o.credentials_token or "")
+    else:
+        refresh = _assume_role(o)
+    botocore_session = get_session()
+    botocore_session._credentials = RefreshableCredentials.create_from_metadata(refresh(), refresh, "assume-role")
+    return boto3.session.Session(botocore_session=botocore_session, region_name=o.region)
 
-        botocore_session = get_session()
-        botocore_session._credentials = RefreshableCredentials.create_from_metadata(served(), served, "aigc-parent")
-        return boto3.session.Session(botocore_session=botocore_session, region_name=o.region)
+
+def _assume_role(o: S3Options) -> Callable[[], dict]:
+    """A function that assumes ``o.role_arn`` at the endpoint's STS and returns the credentials as botocore wants."""
     sts = boto3.session.Session().client("sts", endpoint_url=o.endpoint_url, region_name=o.region,
                                          aws_access_key_id=o.access_key, aws_secret_access_key=o.secret_key,
                                          aws_session_token=o.session_token)
@@ -158,9 +163,7 @@ def _assumed_role_session(o: S3Options) -> boto3.session.Session:
         return {"access_key": c["AccessKeyId"], "secret_key": c["SecretAccessKey"], "token": c["SessionToken"],
                 "expiry_time": c["Expiration"].isoformat()}
 
-    botocore_session = get_session()
-    botocore_session._credentials = RefreshableCredentials.create_from_metadata(assume(), assume, "assume-role")
-    return boto3.session.Session(botocore_session=botocore_session, region_name=o.region)
+    return assume
 
 
 class S3Lake(Lake):

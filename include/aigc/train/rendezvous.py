@@ -40,7 +40,7 @@ HOST_ENV, PORT_ENV, SECRET_ENV = "AIGC_RDZV_HOST", "AIGC_RDZV_PORT", "AIGC_RDZV_
 
 
 class RendezvousRefused(PermissionError):
-    """A rendezvous record this run did not write (another run's, unsigned, or signed with another secret)."""
+    """Node 0 could not replace the record at its key: another process wrote it again meanwhile."""
 
 
 class RendezvousTimeout(TimeoutError):
@@ -116,15 +116,15 @@ def signed(record: dict) -> dict:
 def _joinable(record: dict, key: str, run_id: str) -> bool:
     """A record of this run at this key, signed with this deployment's secret (without a secret: any record that
     names them, a laptop's). The key is signed too, so a record copied from another run's key is refused."""
-    if record.get("run_id") != run_id or record.get("key", key) != key:
+    if record.get("run_id") != run_id or record.get("key") != key:
         return False
     secret = _secret()
     if secret is None:
         return True
     body = {k: v for k, v in record.items() if k != "signature"}
     signature = record.get("signature")
-    return (isinstance(signature, str) and record.get("key") == key
-            and hmac.compare_digest(signature.encode("utf-8", "replace"), _mac(secret, body).encode()))
+    return isinstance(signature, str) and hmac.compare_digest(signature.encode("utf-8", "replace"),
+                                                              _mac(secret, body).encode())
 
 
 def _mac(secret: bytes, record: dict) -> str:

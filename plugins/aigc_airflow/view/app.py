@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from aigc.catalog import Catalog
 from aigc.lake import Lake
 from aigc.lake.keys import parse_date
+from aigc_airflow.assets import STAGE_DAGS
 from aigc_airflow.view import files, pages
 from aigc_airflow.view.auth import ReaderDep, refused, require_reader
 from aigc_airflow.view.markup import Urls, layout
@@ -79,7 +80,7 @@ def create_app(lake: Callable[[], Lake] = default_lake, dataset: str | None = No
         title, body = rendered
         return HTMLResponse(layout(title, body, urls(request)), status_code=status_code)
 
-    every_stage = ("prepare", "train", "deploy", "generate", "evaluate")
+    every_stage = tuple(STAGE_DAGS)
 
     @app.get("/", response_class=HTMLResponse)
     def runs(request: Request, reader: ReaderDep):

@@ -38,6 +38,8 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import RedirectResponse
 from starlette.exceptions import HTTPException
 
+from aigc_airflow.assets import ALL_STAGES_DAG, STAGE_DAGS
+
 
 async def require_user(request: Request):
     """The authenticated Airflow user of this request (a FastAPI dependency); 401/403 otherwise."""
@@ -50,9 +52,6 @@ async def require_user(request: Request):
 
 
 VIEW_RESOURCE = "AIGC"
-STAGE_DAGS = {"prepare": "aigc_prepare", "train": "aigc_train", "deploy": "aigc_deploy", "generate": "aigc_generate",
-              "evaluate": "aigc_evaluate"}
-ALL_STAGES_DAG = "aigc_pipeline"
 
 
 @dataclass(frozen=True)
