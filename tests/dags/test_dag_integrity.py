@@ -218,9 +218,11 @@ def test_each_dag_shows_only_its_own_stages_fields_from_the_one_table(dagbag):
 
 
 def test_dag_file_parses_fast_without_io_or_heavy_imports():
-    """Parse every DAG file in a fresh interpreter, the way the dag-processor does, and look at what it loaded."""
+    """Parse every DAG file in a fresh interpreter, the way the dag-processor does, and look at what it loaded.
+    Its cost is counted in modules imported beyond Airflow's own, not in seconds: a timing would fail on a busy
+    host, while a parse that grows slow does so by importing (the heavy ones are named below)."""
     probe = f"""
-import json, sys, time, builtins
+import json, sys, builtins
 opened = []
 real_open = builtins.open
 def spy(file, *a, **k):
@@ -229,15 +231,15 @@ def spy(file, *a, **k):
 import airflow.sdk  # the framework's own import cost is not the DAG file's
 sys.path[:0] = [{str(ROOT / 'plugins')!r}]
 builtins.open = spy
-start = time.process_time()  # CPU time: the parse's own cost, not a busy host's
+before = set(sys.modules)
 import importlib.util
 for path in {sorted(str(p) for p in (ROOT / 'dags').glob('aigc_*.py'))!r}:
     spec = importlib.util.spec_from_file_location(path.rsplit("/", 1)[-1][:-3] + "_dag", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-elapsed = time.process_time() - start
+imported = sorted(set(sys.modules) - before)
 builtins.open = real_open
-print(json.dumps({{"seconds": elapsed, "heavy": [m for m in {HEAVY!r} if m in sys.modules],
+print(json.dumps({{"imported": imported, "heavy": [m for m in {HEAVY!r} if m in sys.modules],
                   "opened": [f for f in opened if not f.endswith((".py", ".pyc"))]}}))
 """
     env = {**os.environ, "AIGC_LAKE_URI": "/nonexistent/lake"}
@@ -245,5 +247,5 @@ print(json.dumps({{"seconds": elapsed, "heavy": [m for m in {HEAVY!r} if m in sy
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["heavy"] == [], f"DAG parse imported {report['heavy']}: move those imports into task bodies"
     assert report["opened"] == [], f"DAG parse opened files: {report['opened']}"
-    assert report["seconds"] < 0.5, report
+    assert len(report["imported"]) <= 120, report["imported"]  # 86 on Airflow 3.3 at 0e50136
     assert not Path("/nonexistent/lake").exists()

@@ -82,7 +82,8 @@ def test_an_installed_workload_runs_through_the_five_stages_of_the_core(site, tm
 
     rc, out, err = aigc(site, "deploy", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE)
     assert rc == 0 and out["version"] == "v0001" and "fp32" in out["eligible_variants"], err[-3000:]
-    assert out["variants"]["bf16"]["max_abs_diff_vs_fp32"] >= 0  # its own comparison with fp32
+    # Its own comparison with fp32: bf16's rounding shows, within the workload's own bound (variant_checks).
+    assert 0 < out["variants"]["bf16"]["max_abs_diff_vs_fp32"] <= 0.1 and "bf16" in out["eligible_variants"]
     rc, out, err = aigc(site, "generate", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE,
                         "--demo-prompts")
     assert rc == 0 and out["rows"] == 41 and out["generated"] == 40 and out["refused"] == 1, err[-3000:]

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 from airflow.assets.manager import AssetManager
-from airflow.models.asset import AssetDagRunQueue
-from airflow.utils.sqlalchemy import UtcDateTime
-from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, delete, select, text
+from airflow.models import DagModel, import_all_models
+from airflow.models.asset import AssetDagRunQueue, AssetModel
+from airflow.models.dagbundle import DagBundleModel
+from sqlalchemy import create_engine, delete, select, text
 from sqlalchemy.orm import Session
 
 from aigc.config.operations import ASSET_MANAGER
@@ -33,10 +34,24 @@ T0 = dt.datetime(2026, 12, 1, 2, 0, tzinfo=dt.UTC)
 
 
 def queue_table(engine) -> None:
-    """asset_dag_run_queue as Airflow 3.3 declares it, without its foreign keys (no asset or dag tables here)."""
-    Table("asset_dag_run_queue", metadata := MetaData(), Column("asset_id", Integer, primary_key=True),
-          Column("target_dag_id", String(250), primary_key=True), Column("created_at", UtcDateTime, nullable=False))
-    metadata.create_all(engine)
+    """asset_dag_run_queue from Airflow's own ORM schema, with the tables its foreign keys name (asset, dag and the
+    dag's bundle), and the rows they point at: the constraints hold as in a deployment's metadata database."""
+    import_all_models()
+    table = AssetDagRunQueue.__table__
+    needed, todo = {table}, [table]
+    while todo:
+        for fk in todo.pop().foreign_keys:
+            if fk.column.table not in needed:
+                needed.add(fk.column.table)
+                todo.append(fk.column.table)
+    table.metadata.create_all(engine, tables=list(needed))
+    with Session(engine) as session:
+        session.add(DagBundleModel(name="aigc"))
+        session.flush()
+        session.add(AssetModel(id=ASSET, name="aigc-curated", uri="aigc://curated"))
+        session.add_all(DagModel(dag_id=d, bundle_name="aigc", max_active_tasks=16, max_consecutive_failed_dag_runs=0,
+                                 has_task_concurrency_limits=False) for d in ("aigc_evaluate", "aigc_train"))
+        session.commit()
 
 
 def queued(session) -> dict[str, dt.datetime]:

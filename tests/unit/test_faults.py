@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+from types import SimpleNamespace
 
 from aigc import faults
 
@@ -11,10 +12,22 @@ HOLDING = "import logging; logging.basicConfig(); from aigc import faults; fault
 
 
 def test_a_point_not_named_is_a_no_op(monkeypatch):
+    held = []
+
+    class Event:  # records a hold instead of blocking the test
+        def wait(self):
+            held.append(True)
+
+    monkeypatch.setattr(faults, "threading", SimpleNamespace(Event=Event))  # this module's only
     monkeypatch.setenv(faults.HOLD, "train.checkpoint:40")
-    faults.point("train.checkpoint", 20)  # returns: another step is named
+    faults.point("train.checkpoint", 20)  # another step is named
+    faults.point("train.forward", 40)  # another point is named
+    assert held == []
+    faults.point("train.checkpoint", 40)  # the named one holds
+    assert held == [True]
     monkeypatch.delenv(faults.HOLD)
-    faults.point("train.checkpoint", 40)  # returns: nothing is named
+    faults.point("train.checkpoint", 40)  # nothing is named
+    assert held == [True]
 
 
 def test_a_named_point_holds_the_process_until_it_is_killed():

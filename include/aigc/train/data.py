@@ -134,8 +134,9 @@ class Batches:
     that waited at an all-reduce built its next batch there, untimed, and the slower rank did not."""
 
     def __init__(self, make: Callable[[np.ndarray], tuple[torch.Tensor, ...]], batches: list[np.ndarray],
-                 prefetch: int):
+                 prefetch: int, thread_clock: Callable[[], float] = time.thread_time):
         self.make, self.batches = make, batches
+        self.thread_clock = thread_clock  # the building thread's CPU seconds (a test passes a fake one)
         self._queue: queue.Queue = queue.Queue(maxsize=prefetch)
         self._stop = threading.Event()
         self._built_s = 0.0
@@ -150,8 +151,8 @@ class Batches:
     def _fill(self) -> None:
         try:
             for samples in self.batches:
-                t0 = time.thread_time()
-                item = (self.make(samples), time.thread_time() - t0)
+                t0 = self.thread_clock()
+                item = (self.make(samples), self.thread_clock() - t0)
                 while not self._stop.is_set():
                     try:
                         self._queue.put(item, timeout=0.1)
