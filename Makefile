@@ -45,8 +45,8 @@ help:
 	@echo "make airflow  - the Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) (login printed)"
 	@echo "make demo-s3  - the demo against a local S3 server instead of a folder"
 	@echo "make secrets  - .env for docker compose: .env.example with every secret generated (kept where .env sets one)"
-	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants; the pipeline under Airflow vs the CLI; resolution x precision), then one table (goal 25 minutes; measured 34 on a fast 2-core host, 57 on a slow one)"
-	@echo "make bench-full - the same at the sizes and budgets the README quotes (about an hour)"
+	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants; the pipeline under Airflow vs the CLI; resolution x precision), then one table (goal 25 minutes; docs/benchmarks.md has what it took)"
+	@echo "make bench-full - the same at the scripts' default sizes and budgets (about an hour)"
 	@echo "make bench-gpu - the GPU section (B2 loop, B1 attention, B6 variants, B8 on CUDA; needs a CUDA build of torch)"
 	@echo "make demo-dates - the demo's nightly chain for 14 dates and gate 5's pass rate (about 90 minutes)"
 
@@ -112,8 +112,8 @@ bench: install
 bench-full: install
 	$(BIN)/python bench/run_all.py --full
 
-# The venv's torch must be a CUDA build (README: "Running with docker-compose" names the wheel indexes);
-# results go to bench/results/gpu (README: "The GPU section").
+# The venv's torch must be a CUDA build (docs/compose.md names the wheel indexes);
+# results go to bench/results/gpu (docs/benchmarks.md: "The GPU section").
 bench-gpu: install
 	$(BIN)/python bench/run_all.py --gpu
 

@@ -48,6 +48,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from provenance import write_results
 from train_session import Run, alternating, launch
 
 from aigc.config import SPLITS, preset
@@ -227,7 +228,7 @@ def main() -> None:
     result = {"bench": "balance", "steps": args.steps, "context": args.context, "screen_waste": args.screen,
               "measured": table, "simulated": sim}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(RESULTS, result)
     print(json.dumps(result))
 
 

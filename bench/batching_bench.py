@@ -51,6 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from provenance import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.training_fixtures: the shipped demo model, registered
@@ -299,7 +300,7 @@ def main() -> None:
         print(f"  gpu: {gpu}", file=sys.stderr)
     summary = {"bench": "batching", "repeats": args.repeats, "rows": rows, "gpu": gpu}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(summary, indent=1) + "\n")
+    write_results(RESULTS, summary, indent=1)
     print(json.dumps(summary))
 
 

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import write_results
+
 from aigc.evaluate.stats import wilson
 
 HERE = Path(__file__).resolve().parent
@@ -115,7 +117,7 @@ def summarise(start: str, lake: str, results: list[dict], workload: str = "image
                "dates": results}
     (HERE / "results").mkdir(exist_ok=True)
     name = "demo_dates.json" if workload == "image" else f"demo_dates_{workload}.json"
-    (HERE / "results" / name).write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    write_results(HERE / "results" / name, summary)
     return summary
 
 

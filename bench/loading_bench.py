@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 from paths import results_path
+from provenance import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = results_path("loading.json")
@@ -268,7 +269,7 @@ def feeding_only(sizes: list[int], repeats: int, root: Path, device: str) -> dic
 
 def write(result: dict) -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(RESULTS, result)
     print(json.dumps(result))
 
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "long_prompts.json"
@@ -117,7 +118,7 @@ def main() -> None:
               file=sys.stderr)
     summary = {"bench": "long_prompts", "repeats": args.repeats, "rows": rows}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(summary, indent=1) + "\n")
+    write_results(RESULTS, summary, indent=1)
     print(json.dumps(summary))
 
 

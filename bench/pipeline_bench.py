@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import write_results
+
 from aigc.devtools.airflow_stack import DAG_ID, STAGE_DAG_IDS, AirflowStack
 from aigc.devtools.demo import run_dag_test
 
@@ -197,7 +199,7 @@ def main() -> None:
     result = {"preset": args.preset, "repeats": args.repeats, "modes": modes, "summary": summarise(runs, modes),
               "runs": runs, "goal": {"demo_wall_s": 300, "overhead": 0.15}}
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / f"pipeline_{args.preset}.json").write_text(json.dumps(result, indent=2))
+    write_results(HERE / "results" / f"pipeline_{args.preset}.json", result)
     shutil.rmtree(base, ignore_errors=True)
     print(json.dumps({"preset": args.preset, **{m: {k: round(v["median"], 3) for k, v in s.items()}
                                                 for m, s in result["summary"].items()}}))

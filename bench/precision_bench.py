@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 from paths import results_path
+from provenance import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = results_path("precision.json")  # bench/results, or $AIGC_BENCH_RESULTS
@@ -380,7 +381,7 @@ def main() -> None:
     print(f"recommended: {rec['recommended']} ({rec['cli']})", file=sys.stderr)
     out = Path(args.results)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(out, result)
     out.with_suffix(".png").write_bytes(plot(rec))
     print(json.dumps({k: result[k] for k in ("device", "steps", "recommended", "apply", "front", "seconds")}))
 

@@ -23,6 +23,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from provenance import write_results
+
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake import open_lake
 from aigc.prepare import make_raw_drop
@@ -123,7 +125,7 @@ def main() -> None:
         print(f"{row['records']:>8} {row['config']:<24} {row['runs']:>4} {span:>20} {row['rows_per_s']:>7} "
               f"{row['vs_one_host_2']:>10} {row['merge_s'] if row['merge_s'] is not None else '':>8}")
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(RESULTS, results)
     print(json.dumps({"bench": "prepare_fanout", "cpus": available_cpus(), "results": results}))
 
 

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import write_results
+
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake import open_lake
 from aigc.prepare import make_raw_drop
@@ -186,7 +188,7 @@ def main() -> None:
                "no_removal_below_threshold": all(r["min_similarity"] is None or r["min_similarity"] >= threshold
                                                  for r in rows)}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
+    write_results(RESULTS, summary)
     print(json.dumps(summary))
 
 

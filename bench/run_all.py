@@ -3,13 +3,13 @@
     python bench/run_all.py [--full | --gpu] [--only loading_bench precision_bench ...]
 
 Three profiles of the same scripts. The standard one (``make bench``) is cut towards issue 20's 25 minutes on 2
-cores (see the README for what it took on which host): every comparison, every row a median of 3 runs alternating
+cores (docs/benchmarks.md: what it took on which host): every comparison, every row a median of 3 runs alternating
 the alternatives, at two data sizes, but smaller sizes and budgets than the scripts' own defaults, and no work
 that decides no verdict: fp16 is not probed on a CPU (the pipeline cannot train it there), B6 takes the shipped demo
 model instead of training one, B3 screens out baselines far off after one run, B1's attention sweep stops at 128,
 and B3 and B5 train in a few torchrun launches each (``bench/train_session.py``), not one per run.
 ``--full`` (``make bench-full``, about an hour on a fast host) runs the scripts' defaults: the sizes and budgets
-the README's sections quote. The table shows each row's size.
+the docs' benchmark page describes. The table shows each row's size.
 ``--gpu`` (``make bench-gpu``, a few minutes on one GPU) is the GPU section: B2's training loop, B1's attention
 workload under the allocator's budget, B6's variants where they serve and B8's configurations, on CUDA; results in
 ``bench/results/gpu/`` (``$AIGC_BENCH_RESULTS``), beside the CPU ones, its times in ``bench_times.json`` there.
@@ -130,9 +130,9 @@ def main() -> None:
         if rc:
             sys.exit(f"{bench.script} failed with exit status {rc}")
     sys.path.insert(0, str(BENCH))
-    from summary import machine  # the table's own description of the host: hosts of "2 cores" differ 2x
+    from provenance import commit, machine  # the host's own description: hosts of "2 cores" differ 2x
 
-    record = {**kept, "seconds": seconds, "gpu": gpu, "host": machine(),
+    record = {**kept, "seconds": seconds, "gpu": gpu, "host": machine(), "commit": commit(),
               "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               # Every script's latest time: their sum is what one run of the profile takes, once each has a time.
               "total_s": round(sum(seconds.get(b.name, 0.0) for b in in_profile), 1),

@@ -1,29 +1,39 @@
-"""One table of every benchmark's latest figures, read from ``bench/results/*.json`` (what ``make bench`` wrote).
+"""Every benchmark's latest figures, read from ``bench/results/*.json`` (what ``make bench`` wrote), into the README's
+and the docs' generated blocks.
 
-    python bench/summary.py [--gpu] [--markdown bench/results/summary.md] [--readme README.md]
+    python bench/summary.py [--gpu] [--markdown bench/results/summary.md] [--no-docs]
 
-Each row: what it compares, the data size, the runs behind the figure, the result against the strongest
-simple alternative, the goal and whether it was met. A comparison with no result file says so (``not run``);
-nothing here is estimated. The machine the figures were measured on is printed above the table.
-``--gpu``: the GPU section's table, from ``bench/results/gpu/`` (``make bench-gpu``), into its own README block.
+Each row: what it compares, the data size, the runs behind the figure, the result against the strongest simple
+alternative (median, with its range where the file has one), the goal and whether it was met. A comparison with no
+result file says so (``not run``); nothing here is estimated, and each table ends with the host, date and commit its
+files record. The README and ``docs/`` quote figures only in blocks marked ``<!-- generated: NAME -->`` …
+``<!-- end of generated -->``, which this rewrites (``BLOCKS`` names them); ``tests/docs`` fails when a block differs
+from what the results files give, or a figure is typed outside one. ``--gpu``: the GPU section's table, from
+``bench/results/gpu/`` (``make bench-gpu``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 from paths import DEFAULT, GPU
+from provenance import ROOT, provenance_of
+
+from aigc.config import EvaluationGateThresholds
 
 RESULTS = DEFAULT
+# Gate 5's minimum alignment: a recommendation among configurations none of which could reach it (the upper ends of
+# their intervals below it: models that learned nothing yet, as in B8's short profile) would rank noise, so such a
+# row gives no verdict.
+USEFUL_ALIGNMENT = EvaluationGateThresholds().min_alignment
 
 
-def _load(name: str):
-    path = RESULTS / name
+def _load(name: str, results: Path | None = None):
+    path = (results or RESULTS) / name
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -84,6 +94,7 @@ def scaling_rows(d) -> list[list]:
 
 
 def fanout_rows(d) -> list[list]:
+    d = d["rows"] if isinstance(d, dict) else d  # a list before results were stamped
     big = max(r["records"] for r in d)
     by = {r["config"]: r for r in d if r["records"] == big}
     one, two = by.get("fan-out, 1 worker"), by.get("fan-out, 2 workers")
@@ -200,11 +211,19 @@ def precision_rows(d) -> list[list]:
         rows.append(["B8 resolution x precision", f"{config} on {p['device']}: probe speed and memory, then quality",
                      data, f"probe {p['runs']}, train {1 if t else 0}", probe + trained, "-", "n/a"])
     chosen = d.get("recommended")
+    best_hi = max((t["alignment_ci"]["hi"] for t in d["trained"].values()), default=0.0)
     # make bench leaves fp16 out on a CPU: the pipeline refuses to train it there (make bench-full probes it).
     left_out = ("; fp16 not run on a CPU, where it cannot train (make bench-gpu trains it, make bench-full probes "
                 "it)" if d.get("device") == "cpu" and not any(c.endswith("fp16") for c in d["probe"]) else "")
-    rows.append(["B8 resolution x precision", "recommendation by the evaluation stage's rule (cheapest training "
-                 f"time per sample not significantly below the best alignment){left_out}", data, len(d["trained"]),
+    what = ("recommendation by the evaluation stage's rule (cheapest training time per sample not significantly "
+            f"below the best alignment){left_out}")
+    if best_hi < USEFUL_ALIGNMENT:  # every configuration learned nothing yet: ranking them would rank noise
+        rows.append(["B8 resolution x precision", what, data, len(d["trained"]),
+                     f"no verdict: no configuration's alignment interval reaches {USEFUL_ALIGNMENT} (best upper end "
+                     f"{best_hi:.2f}); train longer (--steps) for a meaningful comparison",
+                     "a Pareto table, plot and recommendation", "n/a"])
+        return rows
+    rows.append(["B8 resolution x precision", what, data, len(d["trained"]),
                  f"{chosen} -> {json.dumps(d['apply'])}; front: {', '.join(d['front'])}" if chosen else "none",
                  "a Pareto table, plot and recommendation", _verdict(chosen is not None)])
     return rows
@@ -240,7 +259,8 @@ def script_times_md(d) -> list[str]:
     if not profiles:
         return []
     names = list(dict.fromkeys(n for p in profiles for n in d[p]["seconds"]))
-    hosts = [f"{PROFILES[p]}: {d[p].get('host', 'host not recorded')}, {d[p].get('measured', '?')[:10]}"
+    hosts = [f"{PROFILES[p]}: {d[p].get('host', 'host not recorded')}, {d[p].get('measured', '?')[:10]}, "
+             f"commit {d[p].get('commit', 'not recorded')}"
              for p in profiles]
     lines = ["", f"Each script's latest wall time, minutes ({'; '.join(hosts)}):", "",
              "| script | " + " | ".join(PROFILES[p] for p in profiles) + " |", "|---|" + "---|" * len(profiles)]
@@ -273,53 +293,109 @@ SOURCES: list[tuple[str, str, Callable[[dict], list[list]]]] = [
 GPU_SOURCES = ("loading.json", "batching.json", "variants.json", "precision.json", "bench_times.json")
 
 
-def table(gpu: bool = False) -> list[list]:
+def table(gpu: bool = False, results: Path | None = None) -> list[list]:
+    results = results or (GPU if gpu else DEFAULT)
     rows = []
     for name, label, extract in SOURCES:
         if gpu and name not in GPU_SOURCES:
             continue
-        data = _load(name)
-        missing = RESULTS / name
+        data = _load(name, results)
+        missing = results / name
         missing = missing.relative_to(DEFAULT.parents[1]) if missing.is_relative_to(DEFAULT.parents[1]) else missing
         rows += extract(data) if data else [[label, f"not run (no {missing})", "", "", "", "", ""]]
     return rows
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux), and whether it has bf16 instructions: hosts that both say "2 cores" differ 2x
-    in these benches, and bf16 training is fast only with them."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    return f"{name or 'unknown CPU'} ({'with' if 'avx512_bf16' in info else 'no'} avx512_bf16)"
+HEAD = ["id", "compares", "data", "runs", "result (median)", "goal", "verdict"]
 
 
-def gpu_model() -> str:
-    """The GPUs NVML sees, with their memory ("" without a driver): the GPU section's rows depend on them."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # no library, no driver: a CPU host
-        return ""
-    try:
-        names = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(handle)
-            gib = pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30
-            names.append(f"{name.decode() if isinstance(name, bytes) else name} ({gib:.0f} GiB)")
-        return ", ".join(names)
-    finally:
-        pynvml.nvmlShutdown()
+def _md_table(head: list[str], rows: list[list]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+        "| " + " | ".join(str(c) for c in r) + " |" for r in rows]
 
 
-def machine() -> str:
-    gpus = gpu_model()
-    return (f"{platform.machine()}, {os.cpu_count()} CPUs ({cpu_model()}){', GPU ' + gpus if gpus else ''}, "
-            f"Python {platform.python_version()}, {platform.system()}")
+def sources_md(results: Path, gpu: bool = False) -> list[str]:
+    """Where each file's figures were measured (host; date; commit), as the file records it."""
+    lines = ["", "Measured (as each results file records it):", ""]
+    for name, _label, _extract in SOURCES:
+        data = _load(name, results)
+        if data is not None and (not gpu or name in GPU_SOURCES):
+            lines.append(f"- `{name}`: {provenance_of(data)}")
+    return lines
+
+
+def table_md(gpu: bool = False, results: Path | None = None) -> str:
+    """The whole table, each file's provenance and (CPU) each script's wall time: docs/benchmarks.md's blocks."""
+    results = results or (GPU if gpu else DEFAULT)
+    md = _md_table(HEAD, table(gpu, results)) + sources_md(results, gpu)
+    md += script_times_md(_load("bench_times.json", results) or {})
+    return "\n".join(md)
+
+
+def claims_md(results: Path | None = None) -> str:
+    """The rows that carry a goal, for the README: the claims, met or missed, each with its figure."""
+    rows = [[r[0], r[1], r[4], r[5], r[6]] for r in table(False, results) if r[5] not in ("", "-")]
+    return "\n".join(_md_table(["id", "compares", "result (median)", "goal", "verdict"], rows)
+                     + ["", "Hosts, dates, commits and every other row: [Benchmarks](docs/benchmarks.md)."])
+
+
+def demo_dates_md(results: Path | None = None) -> str:
+    """Gate 5 over consecutive nightly demo runs (bench/demo_dates.py), one table per workload's results file."""
+    results = results or DEFAULT
+    md = []
+    for name in ("demo_dates.json", "demo_dates_text.json"):
+        d = _load(name, results)
+        if not d:
+            md += ["", f"`{name}`: not run (`make demo-dates`)."]
+            continue
+        rate = d["pass_rate"]
+        md += ["", f"**{d.get('workload', 'image')}**: gate 5 passed on {d['passed']} of {d['days']} consecutive dates "
+               f"from {d['start']} (pass rate's {rate['confidence']:.0%} interval {rate['lo']:.2f}–{rate['hi']:.2f}); "
+               f"production moved on {d['promoted']}; recommended: {', '.join(d['recommended'])}. "
+               f"{provenance_of(d)}.", "",
+               "| date | gate 5 | promoted | model quality on the evaluation set | content quality |",
+               "|---|---|---|---|---|"]
+        for day in d["dates"]:
+            checks = day.get("checks", {})
+            md.append(f"| {day['date']} | {'passed' if day['passed'] else 'failed'} | "
+                      f"{'yes' if day.get('promoted') else 'no'} | "
+                      f"{checks.get('model_alignment', {}).get('observed', '')} | "
+                      f"{checks.get('content_alignment', {}).get('observed', '')} |")
+    return "\n".join(md[1:])
+
+
+def make_test_md(results: Path | None = None) -> str:
+    """What ``make test`` took on a fresh clone (bench/make_test_time.py)."""
+    d = _load("make_test.json", results or DEFAULT)
+    if not d:
+        return "`make test`'s time: not measured (`python bench/make_test_time.py`)."
+    return (f"`make test` on a fresh clone took {d['wall_s'] / 60:.1f} min ({d['tests']} tests: {d['passed']} passed, "
+            f"{d['skipped']} skipped; the install {d['setup_s'] / 60:.1f} min of it) on "
+            f"{provenance_of(d)}; the budget is 15 min.")
+
+
+# The blocks the README and the docs may hold, by name: ``<!-- generated: NAME -->`` … ``<!-- end of generated -->``.
+BLOCKS: dict[str, Callable[[], str]] = {
+    "bench-table": lambda: table_md(False),
+    "gpu-bench-table": lambda: table_md(True),
+    "bench-claims": lambda: claims_md(),
+    "demo-dates": lambda: demo_dates_md(),
+    "make-test": lambda: make_test_md(),
+}
+BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end of generated -->)", re.S)
+
+
+def regenerate(text: str) -> str:
+    """``text`` with every generated block written afresh from the results files."""
+    def fill(m: re.Match) -> str:
+        if m["name"] not in BLOCKS:
+            raise ValueError(f"unknown generated block {m['name']!r}: one of {sorted(BLOCKS)}")
+        return f"{m[1]}{BLOCKS[m['name']]().rstrip()}\n{m[4]}"
+    return BLOCK.sub(fill, text)
+
+
+def documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def main() -> None:
@@ -327,37 +403,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", action="store_true", help="the GPU section's table (bench/results/gpu)")
     ap.add_argument("--markdown", default=None, help="default: summary.md beside the results")
-    ap.add_argument("--readme", default=str(DEFAULT.parents[1] / "README.md"),
-                    help="the README whose marked block gets the table ('' to leave it)")
+    ap.add_argument("--no-docs", action="store_true", help="leave the README's and docs' generated blocks alone")
     args = ap.parse_args()
     RESULTS = GPU if args.gpu else DEFAULT
-    # The host its profile's run recorded (a table rewritten elsewhere, e.g. the GPU's, still names it); else this.
-    host = ((_load("bench_times.json") or {}).get("gpu" if args.gpu else "standard") or {}).get("host") or machine()
-    head = ["id", "compares", "data", "runs", "result (median)", "goal", "verdict"]
     rows = table(args.gpu)
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    print(f"benchmarks on {host}")
-    for r in [head, *rows]:
+    widths = [max(len(str(r[i])) for r in [HEAD, *rows]) for i in range(len(HEAD))]
+    for r in [HEAD, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    md = [f"Measured on {host}.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    md += script_times_md(_load("bench_times.json") or {})
-    Path(args.markdown or RESULTS / "summary.md").write_text("\n".join(md) + "\n")
-    if args.readme:
-        readme = Path(args.readme)
-        readme.write_text(with_table(readme.read_text(), "\n".join(md), *(GPU_MARKERS if args.gpu else MARKERS)))
-
-
-MARKERS = START, END = "<!-- bench summary: written by bench/summary.py -->", "<!-- end of bench summary -->"
-GPU_MARKERS = "<!-- gpu bench summary: written by bench/summary.py --gpu -->", "<!-- end of gpu bench summary -->"
-
-
-def with_table(text: str, table_md: str, start: str = START, end: str = END) -> str:
-    """``text`` with the block between the README's two markers replaced by ``table_md`` (unchanged without them)."""
-    if start not in text or end not in text:
-        return text
-    head, rest = text.split(start, 1)
-    return f"{head}{start}\n{table_md}\n{end}{rest.split(end, 1)[1]}"
+    Path(args.markdown or RESULTS / "summary.md").write_text(table_md(args.gpu) + "\n")
+    if not args.no_docs:
+        for path in documents():
+            text = path.read_text()
+            if (new := regenerate(text)) != text:
+                path.write_text(new)
+                print(f"rewrote the generated blocks of {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

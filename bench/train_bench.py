@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from provenance import write_results
 from train_session import Run, alternating, launch
 
 from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig
@@ -130,7 +131,7 @@ def main() -> None:
               file=sys.stderr)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}  # sections not run this time stay
-    RESULTS.write_text(json.dumps({**kept, **result}, indent=2) + "\n")
+    write_results(RESULTS, {**kept, **result})
     print(json.dumps(result))
 
 

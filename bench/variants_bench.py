@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from paths import results_path
+from provenance import write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.training_fixtures: the shipped demo model, registered
@@ -186,7 +187,7 @@ def main() -> None:
               "train_steps": shipped_steps() if args.shipped_model else args.train_steps or cfg.train.steps,
               "prompts": args.prompts, "timing_prompts": args.timing_prompts, "variants": rows, "goal": goal}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(RESULTS, result)
     print(json.dumps(result))
 
 

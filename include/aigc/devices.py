@@ -60,7 +60,7 @@ def pick_device(local_rank: int = 0, require_gpu: bool | None = None) -> torch.d
         raise GpuRequired(
             f"{REQUIRE_GPU_ENV} is set but torch {torch.__version__} ({build}) sees no GPU: check the driver "
             "(nvidia-smi), the container's GPU reservation, and that the image installed a CUDA build of torch "
-            "that this driver supports (see the README's GPU section); unset "
+            "that this driver supports (see docs/compose.md); unset "
             f"{REQUIRE_GPU_ENV} to run on the CPU instead")
     return torch.device("cpu")
 

@@ -6,7 +6,7 @@ mp_start_method = forkserver`` and ``[core] mp_forkserver_preload`` naming this 
 tasks come from a server that imported it. CeleryExecutor: each worker imports it before it forks its pool
 (``aigc_airflow.celery_config``, set by docker-compose). Either way a task process inherits the task runner, the
 DAG files' imports, PyTorch, Great Expectations and the stages' modules copy-on-write instead of spending seconds
-importing them again (B7 in the README measures it). Nothing here runs work, opens a connection or starts
+importing them again (B7 in docs/benchmarks.md measures the pipeline under Airflow). Nothing here runs work, opens a connection or starts
 a thread: forking after this import is safe.
 """
 

@@ -1,5 +1,5 @@
 """Task processes are forked from processes that imported the heavy modules once (plugins/aigc_airflow/preload.py):
-the LocalExecutor's workers, from a forkserver; the Celery workers' pools. B7 in the README measures what it saves."""
+the LocalExecutor's workers, from a forkserver; the Celery workers' pools. B7 (docs/benchmarks.md) measures the pipeline under Airflow."""
 
 import ast
 import subprocess

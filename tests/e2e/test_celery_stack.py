@@ -13,7 +13,7 @@ deployment starts, whose chain runs here too, on the same workers.
 Backfills are tested here, on PostgreSQL: on SQLite, Airflow 3.3 creates a backfill's runs one
 savepoint (one commit) at a time, and when another component holds the write lock it deletes the
 runs it made, under a scheduler that may already have loaded them (the scheduler then exits with
-ObjectDeletedError; seen in a run of the local stack). The README says so.
+ObjectDeletedError; seen in a run of the local stack). docs/airflow.md says so.
 """
 
 from __future__ import annotations

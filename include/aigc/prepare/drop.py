@@ -1,4 +1,4 @@
-"""The raw-drop contract between producers and stage 1 (documented in the README).
+"""The raw-drop contract between producers and stage 1 (documented in docs/stages/prepare.md).
 
     <raw root>/dt=YYYY-MM-DD/records-*.jsonl   one JSON object per line:
         {"id": str, "caption": str, "image": "<key relative to the drop>", "source": str,

@@ -9,7 +9,7 @@ drop) and writes what it found to the lake: ``candidates`` (the curated columns,
 came from) and ``rejected`` (quarantine rows), both in line order, then ``_part.json``. The merge reads the parts
 back in drop order and feeds the same ``Curator`` as a one-host run, so its verdicts, shards and quarantine are
 the same bytes as ``prepare``'s, whatever the number of parts. Dedup stays one pass in the merge: it reads
-compact keys and runs numpy over them (see README, "Stage 1 on more machines", for what a bigger cluster hands
+compact keys and runs numpy over them (see docs/stages/prepare.md, "Stage 1 at scale", for what a bigger cluster hands
 to Spark or Ray instead).
 
 Lake layout of the parts (deleted when the run is published):

@@ -157,7 +157,7 @@ class Workload(ABC):
         records and their attachments, then ``_SUCCESS`` (``cfg.raw``: how many, how dirty, the seed). Returns a
         summary (records, uri)."""
         raise NotImplementedError(f"workload {self.name!r} cannot write a synthetic drop: drop real data under "
-                                  "the raw URI (see the README's raw-drop format)")
+                                  "the raw URI (see docs/stages/prepare.md, the raw-drop format)")
 
     # Stage 3: the core registers the trained weights as a version and builds the torch variants (fp32, bf16,
     # pruned: encodings of any state dict) of ``variant_kinds``; a workload measures each against fp32 on its own

@@ -1,7 +1,7 @@
 """``make bench-gpu``: the GPU section's profile, where its results go, its table, and the two changes it made to
 the scripts (B2's training loop on a chosen device, B8's probes grouped a round a process on CUDA).
 
-No test here needs a GPU: what only a GPU shows was measured on one (README, "GPU section"); these check the
+No test here needs a GPU: what only a GPU shows was measured on one (docs/benchmarks.md, "The GPU section"); these check the
 plumbing around it on the CPU, the B2 loop included (a real run, model on the CPU)."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _feeding(kept: int, ratio: float) -> dict:
             "text_only_vs_image_text": ratio, "text_only_vs_inline": 1.9}
 
 
-def test_the_gpu_table_has_the_gpu_comparisons_only_and_its_own_readme_block(bench_module, tmp_path, monkeypatch):
+def test_the_gpu_table_has_the_gpu_comparisons_only_and_its_own_docs_block(bench_module, tmp_path, monkeypatch):
     summary = bench_module("summary")
     gpu = tmp_path / "gpu"
     gpu.mkdir()
@@ -94,18 +94,17 @@ def test_the_gpu_table_has_the_gpu_comparisons_only_and_its_own_readme_block(ben
         "device": "cuda", "lake": "folder", "reading": {}, "feeding": _feeding(3000, 1.75),
         "feeding_by_size": {"1500": _feeding(1500, 1.55), "3000": _feeding(3000, 2.5)}}))
     monkeypatch.setattr(summary, "GPU", gpu)
-    readme = tmp_path / "README.md"
-    cpu_block = f"{summary.START}\ncpu table\n{summary.END}"
-    readme.write_text(f"{cpu_block}\n{summary.GPU_MARKERS[0]}\nOLD GPU TABLE\n{summary.GPU_MARKERS[1]}\n")
-    monkeypatch.setattr(sys, "argv", ["summary.py", "--gpu", "--readme", str(readme)])
+    monkeypatch.setattr(sys, "argv", ["summary.py", "--gpu", "--no-docs"])
     summary.main()
     md = (gpu / "summary.md").read_text()
     assert "B3" not in md and "B7" not in md  # no GPU form: left out, not "not run"
     assert f"B6 variants | not run (no {gpu / 'variants.json'})" in md
     b2 = [line for line in md.splitlines() if line.startswith("| B2")]
     assert len(b2) == 2 and "1500 pairs, folder, model on cuda" in b2[0] and b2[1].endswith("| MISSED |")
-    text = readme.read_text()
-    assert text.startswith(cpu_block) and "OLD GPU TABLE" not in text and "B2 loading" in text
+    assert "`loading.json`: host, date and commit not recorded" in md  # written before the stamp
+    doc = "<!-- generated: gpu-bench-table -->\nOLD GPU TABLE\n<!-- end of generated -->\n"
+    text = summary.regenerate(doc)
+    assert "OLD GPU TABLE" not in text and "B2 loading" in text and "B5" not in text
 
 
 def test_a_gpu_batching_row_whose_clock_read_kernel_launches_is_marked_not_valid(bench_module):
@@ -161,5 +160,6 @@ def test_the_training_loop_comparison_runs_alone_on_a_chosen_device(tmp_path):
     assert result["device"] == "cpu" and result["lake"] == "folder" and list(result["feeding_by_size"]) == ["200"]
     f = result["feeding"]
     assert f["samples"] == 200 and all(f[f"loop {m}"]["median"] > 0 for m in ("background", "inline", "text-only"))
-    assert json.loads((tmp_path / "loading.json").read_text()) == result  # written where the environment said
+    written = json.loads((tmp_path / "loading.json").read_text())  # written where the environment said,
+    assert written.pop("provenance")["commit"] and written == result  # with where and when it was measured
 

@@ -55,7 +55,7 @@ def test_the_table_has_a_row_per_configuration_and_the_recommendation(bench_modu
     summary = bench_module("summary")
     probe = {"samples_per_s": 200.0, "min_max": [190.0, 210.0], "runs": 3, "peak_mib": 450.0,
              "peak_above_held_mib": 30.0, "device": "cpu"}
-    trained = {"alignment": 0.5, "alignment_ci": {"lo": 0.4, "hi": 0.6}, "final_val_loss": 0.01,
+    trained = {"alignment": 0.85, "alignment_ci": {"lo": 0.78, "hi": 0.9}, "final_val_loss": 0.01,
                "grad": {"spikes": 0, "skipped_steps": 0}}
     d = {"steps": 300, "global_batch": 64, "probe": {"32/fp32": probe, "32/fp16": probe},
          "trained": {"32/fp32": trained}, "not_trained": {"32/fp16": "TrainConfig.precision=fp16 needs CUDA"},
@@ -99,13 +99,16 @@ def test_the_table_reads_batching_results_as_the_bench_writes_them(bench_module)
     assert summary.batching_rows({"rows": [{**row, "repeats": 5}]})[0][3] == 5
 
 
-def test_the_readme_block_is_replaced_whole_and_a_readme_without_markers_is_left_alone(bench_module):
+def test_a_generated_block_is_replaced_whole_and_text_without_one_is_left_alone(bench_module, monkeypatch):
     summary = bench_module("summary")
-    text = f"intro\n{summary.START}\nold table\n{summary.END}\noutro\n"
-    once = summary.with_table(text, "| new |")
-    assert once == f"intro\n{summary.START}\n| new |\n{summary.END}\noutro\n"
-    assert summary.with_table(once, "| new |") == once
-    assert summary.with_table("no markers here\n", "| new |") == "no markers here\n"
+    monkeypatch.setitem(summary.BLOCKS, "make-test", lambda: "| new |")
+    text = "intro\n<!-- generated: make-test -->\nold table\n<!-- end of generated -->\noutro\n"
+    once = summary.regenerate(text)
+    assert once == "intro\n<!-- generated: make-test -->\n| new |\n<!-- end of generated -->\noutro\n"
+    assert summary.regenerate(once) == once
+    assert summary.regenerate("no markers here\n") == "no markers here\n"
+    with pytest.raises(ValueError, match="unknown generated block 'nope'"):
+        summary.regenerate("<!-- generated: nope -->\n<!-- end of generated -->")
 
 
 def test_fp16_without_cuda_and_a_precision_far_slower_than_its_resolution_twin_are_not_trained(bench_module):
