@@ -51,10 +51,11 @@ import numpy as np
 from provenance import write_results
 from train_session import Run, alternating, launch
 
-from aigc.config import SPLITS, preset
+from aigc.config import SPLITS
 from aigc.lake import open_lake
 from aigc.lake.keys import join, partition
 from aigc.lake.publish import NotPublished, resolve
+from aigc.stages import configure
 from aigc.train.artifacts import METRICS, training_run_prefix
 from aigc.train.balance import plan_for
 from aigc.train.timing import busy_matrix, measured_imbalance
@@ -72,7 +73,7 @@ def config(steps: int, world: int, split: str, context: int, batch: int = 8, wid
     a micro-batch, so its longest (what it is padded to) varies from step to step as a real run's does. Four
     validation documents (one a rank at 4 ranks, the same for every world and split): validation is not what B3
     compares, and the demo's 19 took seconds at each run's start and end."""
-    cfg = preset("demo", "text")
+    cfg = configure("demo", "text")
     train = dataclasses.replace(cfg.train, steps=steps, nproc=world, threads=1, split=split, eval_every=steps,
                                 checkpoint_every=steps, warmup_steps=2, batch_size=batch, val_max=4)
     return dataclasses.replace(cfg, train=train, text=dataclasses.replace(cfg.text, context=context, width=width))

@@ -71,8 +71,8 @@ RESULTS = results_path("batching.json")  # bench/results, or $AIGC_BENCH_RESULTS
 
 def image_workload(n: int, lake):
     """``lake``: one holding the shipped demo model (``install_demo_model``), shared by every size."""
-    from aigc.evaluate.reference import evaluation_prompts
-    from aigc.registry.loader import Generator
+    from aigc.workloads.image.reference import evaluation_prompts
+    from aigc.workloads.image.serving import Generator
 
     gen = Generator.load(lake, "shapes-cvae", "v0001", "int8")
     prompts = (evaluation_prompts(648, 0) * (n // 648 + 1))[:n]

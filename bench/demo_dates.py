@@ -52,10 +52,10 @@ def one_date(lake: str, date: str) -> dict:
         step(command, lake, date)
     code, evaluated = step(["evaluate"], lake, date)
     from aigc.catalog import Catalog
-    from aigc.config import preset
     from aigc.lake import open_lake
+    from aigc.stages import configure
 
-    cfg = preset("demo", WORKLOAD[1])
+    cfg = configure("demo", WORKLOAD[1])
     run = Catalog(open_lake(lake), cfg.prepare.dataset, cfg.model.name).evaluation_of(date)
     metrics = run["summary"]
     checks = metrics["gates"]["evaluation"]["checks"]  # gate 5's six checks; promotion is decided after

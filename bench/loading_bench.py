@@ -46,10 +46,12 @@ BATCH = 64
 
 def prepared(lake, n: int) -> None:
     from aigc.config import PrepareConfig, RawDropConfig
-    from aigc.prepare import make_raw_drop, prepare, publish_prepared
+    from aigc.prepare import publish_prepared
+    from aigc.workloads.image import prepare_image
+    from aigc.workloads.image.rawdrop import make_raw_drop
 
     make_raw_drop(lake.sub("raw/shapes"), DATE, RawDropConfig(n=n, dirt_rate=0.0))
-    summary = prepare(lake.sub("raw/shapes"), lake, DATE, PrepareConfig(workers=2))
+    summary = prepare_image(lake.sub("raw/shapes"), lake, DATE, PrepareConfig(workers=2))
     publish_prepared(lake, "shapes", DATE, summary["run_id"])
 
 

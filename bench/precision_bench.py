@@ -76,10 +76,11 @@ def probe(config: str, device_name: str, steps: int, max_s: float) -> dict:
     import torch
 
     from aigc.config import ModelConfig
-    from aigc.models import ConditionalVAE, Vocab
-    from aigc.shapes import random_scene, render
     from aigc.train import distributed as D
     from aigc.train.loop import optimizer_step
+    from aigc.workloads.image.cvae import ConditionalVAE
+    from aigc.workloads.image.tokenizer import Vocab
+    from aigc.workloads.world import random_scene, render
 
     side, precision = parse(config)
     device = torch.device(device_name)
@@ -213,7 +214,9 @@ def config_for(config: str, steps: int):
 def ensure_data(lake, steps: int) -> None:
     from aigc.lake.keys import partition
     from aigc.lake.publish import NotPublished, resolve
-    from aigc.prepare import make_raw_drop, prepare, publish_prepared
+    from aigc.prepare import publish_prepared
+    from aigc.workloads.image import prepare_image
+    from aigc.workloads.image.rawdrop import make_raw_drop
 
     cfg = config_for("64/fp32", steps)
     try:
@@ -221,18 +224,18 @@ def ensure_data(lake, steps: int) -> None:
     except NotPublished:
         raw = lake.sub(f"raw/{cfg.raw.source}")
         make_raw_drop(raw, DATE, cfg.raw)
-        summary = prepare(raw, lake, DATE, cfg.prepare)
+        summary = prepare_image(raw, lake, DATE, cfg.prepare)
         publish_prepared(lake, cfg.prepare.dataset, DATE, summary["run_id"])
 
 
 def train_and_score(lake, config: str, steps: int, prompts: list[dict], confidence: float) -> dict:
     import torch
 
-    from aigc.evaluate.grid import variant_quality
     from aigc.lake.keys import join
     from aigc.train.artifacts import METRICS, MODEL_CARD, WEIGHTS, training_run_prefix
     from aigc.train.launch import run_training
     from aigc.workloads import load_workload
+    from aigc.workloads.image.grid import variant_quality
 
     cfg = config_for(config, steps)
     started = time.perf_counter()
@@ -347,8 +350,8 @@ def main() -> None:
     import torch
 
     from aigc.config import EvaluateConfig
-    from aigc.evaluate.reference import evaluation_prompts
     from aigc.lake import open_lake
+    from aigc.workloads.image.reference import evaluation_prompts
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     started = time.perf_counter()

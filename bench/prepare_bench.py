@@ -31,8 +31,9 @@ from PIL import Image
 
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake import open_lake
-from aigc.prepare import make_raw_drop, prepare
 from aigc.prepare.drop import drop_prefix
+from aigc.workloads.image import prepare_image
+from aigc.workloads.image.rawdrop import make_raw_drop
 
 DATE = "2026-11-28"
 BATCH = 256
@@ -67,7 +68,7 @@ def bound_rows_per_s(raw, n_records: int, workers: int) -> float:
 
 
 def prepare_rows_per_s(raw, lake, cfg: PrepareConfig) -> float:
-    return prepare(raw, lake, DATE, cfg)["rows_per_s"]
+    return prepare_image(raw, lake, DATE, cfg)["rows_per_s"]
 
 
 # Decoding processes are forkserver grandchildren, invisible to RUSAGE_CHILDREN: sample the tree.
@@ -75,7 +76,7 @@ PEAK_RSS_PROBE = """
 import json, sys, threading, time, psutil
 from aigc.config import PrepareConfig
 from aigc.lake import open_lake
-from aigc.prepare import prepare
+from aigc.workloads.image import prepare_image
 me, peak, done = psutil.Process(), {"total": 0, "parent": 0}, threading.Event()
 def sample():
     while not done.is_set():
@@ -92,7 +93,7 @@ def sample():
 threading.Thread(target=sample, daemon=True).start()
 lake = open_lake(sys.argv[1])
 cfg = PrepareConfig(workers=int(sys.argv[3]), resolution=int(sys.argv[4]))
-summary = prepare(lake.sub("raw/shapes"), lake, sys.argv[2], cfg)
+summary = prepare_image(lake.sub("raw/shapes"), lake, sys.argv[2], cfg)
 done.set()
 print(json.dumps({"rows": summary["input"], "total_mib": peak["total"] / 2**20, "parent_mib": peak["parent"] / 2**20}))
 """

@@ -27,10 +27,10 @@ from provenance import write_results
 
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake import open_lake
-from aigc.prepare import make_raw_drop
 from aigc.prepare.fanout import merge_parts, plan_prepare
 from aigc.procs import available_cpus
-from aigc.workloads import load_workload
+from aigc.workloads.image import IMAGE
+from aigc.workloads.image.rawdrop import make_raw_drop
 
 DATE = "2026-11-28"
 RESULTS = Path(__file__).parent / "results" / "prepare_fanout.json"
@@ -39,21 +39,21 @@ import json, sys
 from aigc.config import PrepareConfig
 from aigc.lake import open_lake
 from aigc.prepare.fanout import prepare_part
-from aigc.workloads import load_workload
+from aigc.workloads.image import IMAGE
 root, plan, index = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 lake = open_lake(root)
 done = prepare_part(lake.sub("raw/shapes"), lake.sub(sys.argv[4]), plan, plan["parts"][index],
-                    PrepareConfig(workers=1, parts=len(plan["parts"])), load_workload("image").records(None))
+                    PrepareConfig(workers=1, parts=len(plan["parts"])), IMAGE.records(None))
 print(json.dumps(done))
 """
 ONE_HOST = """
 import json, sys
 from aigc.config import PrepareConfig
 from aigc.lake import open_lake
-from aigc.prepare import prepare
+from aigc.workloads.image import prepare_image
 root, workers, out, date = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 lake = open_lake(root)
-print(json.dumps(prepare(lake.sub("raw/shapes"), lake.sub(out), date, PrepareConfig(workers=workers))))
+print(json.dumps(prepare_image(lake.sub("raw/shapes"), lake.sub(out), date, PrepareConfig(workers=workers))))
 """
 
 
@@ -76,7 +76,7 @@ def fanned_out(root: str, parts: int, out: str) -> tuple[float, dict]:
 
     with ThreadPoolExecutor(parts) as pool:
         list(pool.map(part, range(parts)))
-    summary = merge_parts(lake.sub("raw/shapes"), lake.sub(out), plan, cfg, load_workload("image").records(None))
+    summary = merge_parts(lake.sub("raw/shapes"), lake.sub(out), plan, cfg, IMAGE.records(None), IMAGE.name)
     return time.perf_counter() - started, summary
 
 

@@ -36,9 +36,8 @@ from provenance import write_results
 
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake import open_lake
-from aigc.prepare import make_raw_drop
 from aigc.prepare.drop import SUCCESS, drop_prefix
-from aigc.prepare.rawdrop import PLANTED
+from aigc.workloads.image.rawdrop import PLANTED, make_raw_drop
 
 DATE = "2026-11-28"
 RESULTS = Path(__file__).parent / "results" / "prepare_scaling.json"
@@ -48,10 +47,10 @@ PROBE = f"""
 import json, resource, sys
 from aigc.config import PrepareConfig
 from aigc.lake import open_lake
-from aigc.prepare import prepare
+from aigc.workloads.image import prepare_image
 root, workers = sys.argv[1], int(sys.argv[2])
 lake = open_lake(root)
-summary = prepare(lake.sub("raw/shapes"), lake.sub("lake"), "{DATE}", PrepareConfig(workers=workers))
+summary = prepare_image(lake.sub("raw/shapes"), lake.sub("lake"), "{DATE}", PrepareConfig(workers=workers))
 summary["parent_peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps(summary))
 """

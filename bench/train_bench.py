@@ -31,9 +31,11 @@ from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig, TrainConfi
 from aigc.lake import open_lake
 from aigc.lake.keys import partition
 from aigc.lake.publish import NotPublished, resolve
-from aigc.prepare import make_raw_drop, prepare, publish_prepared
+from aigc.prepare import publish_prepared
 from aigc.train.balance import balanced_plan, imbalance, naive_plan, sample_cost, step_imbalance
 from aigc.train.launch import run_training
+from aigc.workloads.image import prepare_image
+from aigc.workloads.image.rawdrop import make_raw_drop
 
 DATE = "2026-11-28"
 RESULTS = Path(__file__).parent / "results" / "train.json"
@@ -45,7 +47,7 @@ def ensure_partition(root: Path, n: int):
         resolve(lake, partition("curated", "shapes", DATE))
     except NotPublished:
         make_raw_drop(lake.sub("raw/shapes"), DATE, RawDropConfig(n=n))
-        summary = prepare(lake.sub("raw/shapes"), lake, DATE, PrepareConfig(workers=2))
+        summary = prepare_image(lake.sub("raw/shapes"), lake, DATE, PrepareConfig(workers=2))
         publish_prepared(lake, "shapes", DATE, summary["run_id"])
     return lake
 

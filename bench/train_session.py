@@ -31,6 +31,7 @@ from aigc.lake.keys import join
 from aigc.lake.publish import new_run_id
 from aigc.train.artifacts import SUMMARY, training_run_prefix
 from aigc.train.launch import thread_env
+from aigc.workloads import workload_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +92,9 @@ def worker(plan_path: str) -> None:
             cfg = PipelineConfig().override(run["config"])
             started = time.perf_counter()
             if not run["solo"]:
-                train_rank(lake, plan["date"], cfg, run["run_id"], ctx)
+                train_rank(lake, plan["date"], cfg, run["run_id"], ctx, workload_of(cfg))
             elif ctx.is_main:
-                train_rank(lake, plan["date"], cfg, run["run_id"], alone)
+                train_rank(lake, plan["date"], cfg, run["run_id"], alone, workload_of(cfg))
             dist.barrier()  # rank 0 has written the run's summary; the next run starts together
             if ctx.is_main:
                 who = "rank 0 alone" if run["solo"] else f"{ctx.world} ranks"

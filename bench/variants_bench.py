@@ -109,12 +109,12 @@ def main() -> None:
     version = ensure_model(root, args.train_steps, args.shipped_model)
 
     from aigc.config import preset
-    from aigc.evaluate.metrics import assess
-    from aigc.evaluate.reference import evaluation_prompts
     from aigc.evaluate.stats import paired_difference, wilson
     from aigc.lake import open_lake
-    from aigc.registry.loader import Generator
     from aigc.registry.store import Registry
+    from aigc.workloads.image.metrics import assess
+    from aigc.workloads.image.reference import evaluation_prompts
+    from aigc.workloads.image.serving import Generator
 
     cfg = preset("demo")
     lake = open_lake(str(root))

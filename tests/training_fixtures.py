@@ -12,14 +12,17 @@ import pytest
 
 from aigc.config import ModelConfig, PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig
 from aigc.lake import LocalLake
-from aigc.prepare import make_raw_drop, prepare, publish_prepared
+from aigc.prepare import publish_prepared
+from aigc.workloads import workload_of
+from aigc.workloads.image import IMAGE, prepare_image
+from aigc.workloads.image.rawdrop import make_raw_drop
 
 DATE = "2026-11-20"
 
 
 def publish_day(lake, date: str, n: int = 500, seed: int = 0) -> dict:
     make_raw_drop(lake.sub("raw/shapes"), date, RawDropConfig(n=n, seed=seed, dirt_rate=0.05))
-    summary = prepare(lake.sub("raw/shapes"), lake, date, PrepareConfig(workers=1))
+    summary = prepare_image(lake.sub("raw/shapes"), lake, date, PrepareConfig(workers=1))
     publish_prepared(lake, "shapes", date, summary["run_id"])
     return summary
 
@@ -77,7 +80,7 @@ def trained_template(curated_template, tmp_path_factory):
     lake = copy_of(curated_template, root)
     solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
     cfg = tiny_config(steps=30, eval_every=30, checkpoint_every=30)
-    summary = train_rank(lake, DATE, cfg, "20261120T000000000000Z-model1", solo)
+    summary = train_rank(lake, DATE, cfg, "20261120T000000000000Z-model1", solo, workload_of(cfg))
     publish_trained(lake, "shapes-cvae", DATE, summary["run_id"])
     return root
 
@@ -93,14 +96,15 @@ def deployed_template(trained_template, tmp_path_factory):
     made once per session; tests copy it (deployed_lake)."""
     from aigc.config import DeployConfig, DeployGateThresholds
     from aigc.quality.deploy import smoke_test
-    from aigc.registry.deploy import build_variants, register_trained
+    from aigc.registry.deploy import register_trained
+    from aigc.workloads.image.variants import build_variants
 
     root = tmp_path_factory.mktemp("deployed-template") / "lake"
     lake = copy_of(trained_template, root)
     version = register_trained(lake, "shapes-cvae", DATE)["version"]
     build_variants(lake, "shapes-cvae", version,
                    DeployConfig(variants="fp32,bf16", smoke_prompts=4, latency_batch=4, latency_repeats=1))
-    smoke_test(lake, "shapes-cvae", version, DeployGateThresholds(max_latency_ms=1e6, max_pixel_mae=0.0), DATE)
+    smoke_test(lake, "shapes-cvae", version, DeployGateThresholds(max_latency_ms=1e6, max_pixel_mae=0.0), DATE, IMAGE)
     return root
 
 
@@ -120,7 +124,8 @@ def install_demo_model(root: Path) -> LocalLake:
     from aigc.lake.keys import join, partition
     from aigc.quality.deploy import smoke_test
     from aigc.quality.training import publish_trained
-    from aigc.registry.deploy import build_variants, register_trained
+    from aigc.registry.deploy import register_trained
+    from aigc.workloads.image.variants import build_variants
 
     lake = LocalLake(root)
     summary = json.loads((DEMO_MODEL / "_SUMMARY.json").read_text())
@@ -133,7 +138,7 @@ def install_demo_model(root: Path) -> LocalLake:
     cfg = preset("demo")
     version = register_trained(lake, "shapes-cvae", date)["version"]
     build_variants(lake, "shapes-cvae", version, cfg.deploy)
-    smoke_test(lake, "shapes-cvae", version, cfg.deploy_gate, date)
+    smoke_test(lake, "shapes-cvae", version, cfg.deploy_gate, date, IMAGE)
     return lake
 
 

@@ -17,17 +17,19 @@ import socket
 import sys
 from collections.abc import Callable, Iterator
 
-from aigc.config import PipelineConfig, preset
+from aigc.config import PipelineConfig
 from aigc.lake import open_lake
 from aigc.lake.keys import join
 from aigc.progress import emit_summary, setup_logging
+from aigc.stages import configure
+from aigc.workloads import workload_of
 
 log = logging.getLogger("aigc")
 
 
 def _config(args: argparse.Namespace) -> PipelineConfig:
     _check_request(args)
-    cfg = preset(args.preset, getattr(args, "workload__name", None))
+    cfg = configure(args.preset, getattr(args, "workload__name", None))
     if getattr(args, "config_json", None):  # a torchrun worker gets the launcher's resolved configuration
         return cfg.override(json.loads(args.config_json))
     changes: dict[str, dict] = {}
@@ -113,7 +115,7 @@ def cmd_train(args: argparse.Namespace) -> dict | None:
     if args.worker:
         from aigc.train.launch import worker_main
 
-        worker_main(args.lake, args.date, args.run_id, cfg)
+        worker_main(args.lake, args.date, args.run_id, cfg, workload_of(cfg))
         return None  # the launcher reports
     from aigc.stages import TRAIN
 
@@ -163,10 +165,9 @@ def cmd_generate(args: argparse.Namespace) -> dict:
 
 def cmd_evaluate(args: argparse.Namespace) -> dict:
     """Evaluate a generation run of the date (default: its newest), then gate 5, promote and publish."""
-    from aigc.evaluate.run import latest_generation
+    from aigc.evaluate.runs import latest_generation
     from aigc.lake.publish import new_run_id
     from aigc.stages import EVALUATE
-
     cfg = _config(args)
     lake = open_lake(args.lake)
     generation = latest_generation(lake, cfg.model.name, args.date, args.generation_run)

@@ -64,6 +64,17 @@ def holding_date(lake: Lake, date: dt.date | str, owner: str, ttl: dt.timedelta)
         yield fence
 
 
+def configure(preset: str, workload: str | None = None) -> PipelineConfig:
+    """The named preset for the workload called ``workload`` (None: the default), its own changes applied first."""
+    from aigc.config import preset as named
+    from aigc.workloads import load_workload
+
+    if not workload:
+        return named(preset)
+    # the name as given (an entry point, a module path): torchrun's workers resolve it again
+    return named(preset, load_workload(workload)).override({"workload": {"name": workload}})
+
+
 def _workload(cfg: PipelineConfig, stage: str):
     """The configured workload, which provides ``stage`` (else NotImplementedError naming what it provides)."""
     from aigc.workloads import workload_of
@@ -204,19 +215,18 @@ class GenerateStage(Stage):
              model_ref: str | None = None, prompts_key: str | None = None) -> dict:
         from aigc.generate.run import plan_generation
 
-        _require(cfg, self.name)
-        return plan_generation(lake, date, cfg, run_id=run_id, demo_prompts=demo_prompts, model_ref=model_ref,
-                               prompts_key=prompts_key)
+        return plan_generation(lake, date, cfg, _workload(cfg, self.name), run_id=run_id, demo_prompts=demo_prompts,
+                               model_ref=model_ref, prompts_key=prompts_key)
 
     def shard(self, lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> dict:
         from aigc.generate.run import generate_shard
 
-        return generate_shard(lake, plan, shard, cfg)
+        return generate_shard(lake, plan, shard, cfg, _workload(cfg, self.name))
 
     def finish_run(self, lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
         from aigc.generate.run import finish_generation
 
-        return finish_generation(lake, plan, cfg)
+        return finish_generation(lake, plan, cfg, _workload(cfg, self.name))
 
     @staticmethod
     def model_for(cfg: PipelineConfig, chosen: str | None, *, prompt_file: bool) -> str:

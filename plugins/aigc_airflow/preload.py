@@ -6,8 +6,8 @@ mp_start_method = forkserver`` and ``[core] mp_forkserver_preload`` naming this 
 tasks come from a server that imported it. CeleryExecutor: each worker imports it before it forks its pool
 (``aigc_airflow.celery_config``, set by docker-compose). Either way a task process inherits the task runner, the
 DAG files' imports, PyTorch, Great Expectations and the stages' modules copy-on-write instead of spending seconds
-importing them again (B7 in docs/benchmarks.md measures the pipeline under Airflow). Nothing here runs work, opens a connection or starts
-a thread: forking after this import is safe.
+importing them again (B7 in docs/benchmarks.md measures the pipeline under Airflow). Nothing here runs work,
+opens a connection or starts a thread: forking after this import is safe.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import great_expectations  # the gates' (≈3-4 s on its own)
 import great_expectations.expectations
 import torch  # training, deployment, generation (≈2 s)
 
-import aigc.evaluate.run
 import aigc.generate.run
 import aigc.lake.lease
 import aigc.prepare.fanout
@@ -39,3 +38,21 @@ import aigc.registry.deploy
 import aigc.train.launch
 import aigc.workloads
 import aigc_airflow.stage_tasks  # the DAG files' own imports: parsing a DAG file in a task is then quick
+
+
+def _preload_workloads() -> None:
+    """What the workloads this deployment allows import when their hooks run (``Workload.preload_modules``); one
+    that cannot be imported here is left to fail in its task, with the reason, as it would without the preload."""
+    import importlib
+
+    from aigc_airflow.runtime import access_policy
+
+    for name in access_policy().workloads or aigc.workloads.BUILT_IN:
+        try:
+            for module in aigc.workloads.load_workload(name).preload_modules:
+                importlib.import_module(module)
+        except Exception as e:  # noqa: BLE001 - a preload must not stop the scheduler or a Celery worker
+            logging.getLogger(__name__).warning("workload %s not preloaded: %s", name, e)
+
+
+_preload_workloads()

@@ -262,7 +262,7 @@ def hold_partition_or_fail(context: dict[str, Any], lake) -> dict:
 def pipeline_config(params: dict[str, Any]):
     """The typed configuration of a run: the chosen preset for the chosen workload, overridden by the form's
     values (aigc.config.form)."""
-    from aigc.config import preset
     from aigc.config.form import config_changes
+    from aigc.stages import configure
 
-    return preset(params.get("preset") or "default", params.get("workload")).override(config_changes(params))
+    return configure(params.get("preset") or "default", params.get("workload")).override(config_changes(params))

@@ -1,5 +1,6 @@
 """Task processes are forked from processes that imported the heavy modules once (plugins/aigc_airflow/preload.py):
-the LocalExecutor's workers, from a forkserver; the Celery workers' pools. B7 (docs/benchmarks.md) measures the pipeline under Airflow."""
+the LocalExecutor's workers, from a forkserver; the Celery workers' pools. B7 (docs/benchmarks.md) measures the
+pipeline under Airflow."""
 
 import ast
 import subprocess
@@ -14,11 +15,18 @@ from aigc.devtools.airflow_stack import AirflowStack
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def lazy_stage_imports() -> set[str]:
-    """The aigc modules aigc.stages imports inside its functions: what the tasks import when they run."""
-    tree = ast.parse((ROOT / "include" / "aigc" / "stages.py").read_text())
+def lazy_imports(path: Path) -> set[str]:
+    """The aigc modules a file imports inside its functions: what the tasks import when they run."""
+    tree = ast.parse(path.read_text())
     return {node.module for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
             for node in ast.walk(fn) if isinstance(node, ast.ImportFrom) and node.module.startswith("aigc.")}
+
+
+def lazy_stage_imports() -> set[str]:
+    """aigc.stages' lazy imports, and the built-in workloads' hooks' (the deployment allows them by default)."""
+    workloads = ROOT / "include" / "aigc" / "workloads"
+    return (lazy_imports(ROOT / "include" / "aigc" / "stages.py") | lazy_imports(workloads / "image" / "__init__.py")
+            | lazy_imports(workloads / "text" / "__init__.py"))
 
 
 def test_every_local_executor_deployment_preloads_the_same_modules():
@@ -54,6 +62,7 @@ def test_the_preload_imports_what_every_stage_imports_and_starts_no_thread():
     started at import would not survive the fork into each worker and task."""
     wanted = sorted(lazy_stage_imports())
     assert "aigc.quality.curated" in wanted and "aigc.train.launch" in wanted  # the parse found them
+    assert "aigc.workloads.image.evaluation" in wanted and "aigc.workloads.text.engine" in wanted
     probe = ("import sys, threading; import aigc_airflow.preload; "
              f"missing = [m for m in {[*wanted, 'torch', 'great_expectations']!r} if m not in sys.modules]; "
              "print(missing, threading.active_count())")

@@ -122,7 +122,7 @@ def test_a_scheduled_prepare_with_the_default_preset_reads_a_producers_drop_and_
     drop and trained on synthetic shapes. Now the default preset waits for the producer's _SUCCESS, curates
     exactly its records, and leaves every file of it as it was (bytes and modification times)."""
     from aigc.config import RawDropConfig
-    from aigc.prepare import make_raw_drop
+    from aigc.workloads.image.rawdrop import make_raw_drop
 
     date = "2026-11-23"
     lake = open_lake(str(tmp_path / "lake"))
@@ -151,7 +151,7 @@ def test_dag_prepares_a_producers_drop_on_s3_through_the_airflow_connection_as_m
     """The whole DAG on S3, on a producer's drop and prompt file, through `make demo`'s runner and console
     (the synthetic drop's runs are tests/e2e/)."""
     from aigc.config import RawDropConfig
-    from aigc.prepare import make_raw_drop
+    from aigc.workloads.image.rawdrop import make_raw_drop
 
     date = "2026-11-25"
     uri = f"s3://{s3_server.bucket}/e2e-{uuid.uuid4().hex[:8]}"
@@ -180,7 +180,7 @@ def test_dag_prepares_a_producers_drop_on_s3_through_the_airflow_connection_as_m
 
 def test_missing_prompts_fail_planning_at_once_with_the_reason(airflow_env, tmp_path):
     from aigc.config import RawDropConfig
-    from aigc.prepare import make_raw_drop
+    from aigc.workloads.image.rawdrop import make_raw_drop
 
     lake = open_lake(str(tmp_path / "lake"))
     make_raw_drop(lake.sub("raw/shapes"), "2026-11-24", RawDropConfig(n=300, seed=6))

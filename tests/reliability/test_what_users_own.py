@@ -20,9 +20,9 @@ from aigc.lake import S3Lake
 from aigc.lake.keys import join, partition
 from aigc.lake.lease import date_lease
 from aigc.lake.publish import resolve
-from aigc.prepare import make_raw_drop
 from aigc.registry import Registry
 from aigc.registry.lineage import lineage
+from aigc.workloads.image.rawdrop import make_raw_drop
 
 pytestmark = pytest.mark.reliability_full
 

@@ -6,15 +6,15 @@ import pytest
 
 from aigc.catalog import DEPLOY_GATE, GATES, STAGES, Catalog, report_key
 from aigc.config import CuratedGateThresholds, PrepareConfig, TrainingGateThresholds
-from aigc.evaluate.run import evaluate
 from aigc.generate.run import MANIFEST as GENERATION_MANIFEST
 from aigc.lake.publish import resolve
-from aigc.prepare import prepare
 from aigc.quality.curated import validate_curated
 from aigc.quality.evaluation import promote_and_publish, validate_evaluation
 from aigc.quality.gate import GateFailed
 from aigc.quality.generation import validate_generation
 from aigc.quality.training import validate_training
+from aigc.workloads.image import IMAGE, prepare_image
+from aigc.workloads.image.evaluation import evaluate
 from tests.training_fixtures import DATE, publish_day
 from tests.unit.evaluate.test_evaluate import LENIENT, config, generate
 
@@ -28,17 +28,17 @@ def publish_everything(lake) -> dict:
     promote and publish, all with the real stage functions. Returns what the stages returned."""
     curated = resolve(lake, f"curated/shapes/dt={DATE}")["run_id"]
     lenient_gate1 = CuratedGateThresholds(min_rows=100)
-    validate_curated(lake, "shapes", DATE, curated, lenient_gate1, PrepareConfig(workers=1))
-    rejected = prepare(lake.sub("raw/shapes"), lake, DATE, PrepareConfig(workers=1))["run_id"]
+    validate_curated(lake, "shapes", DATE, curated, lenient_gate1, PrepareConfig(workers=1), IMAGE.records(None))
+    rejected = prepare_image(lake.sub("raw/shapes"), lake, DATE, PrepareConfig(workers=1))["run_id"]
     with pytest.raises(GateFailed) as failed:
         validate_curated(lake, "shapes", DATE, rejected, dataclasses.replace(lenient_gate1, min_rows=100_000),
-                         PrepareConfig(workers=1))
+                         PrepareConfig(workers=1), IMAGE.records(None))
     validate_training(lake, "shapes-cvae", DATE, TRAINING_RUN, TrainingGateThresholds(max_final_val_loss=1.0))
     cfg = config()
     generated = generate(lake, cfg)
-    validate_generation(lake, generated, cfg, cfg.generate_gate)
+    validate_generation(lake, generated, cfg, cfg.generate_gate, IMAGE)
     evaluated = evaluate(lake, generated, cfg, run_id=EVALUATION_RUN)
-    validate_evaluation(lake, evaluated, LENIENT)
+    validate_evaluation(lake, evaluated, LENIENT, IMAGE)
     return {"curated": curated, "rejected": rejected, "rejected_failures": failed.value.failures,
             "generated": generated, "evaluated": evaluated, "published": promote_and_publish(lake, evaluated, cfg)}
 
@@ -101,7 +101,7 @@ def test_a_curated_only_lake_on_each_backend(lake):
     assert catalog.registry() == {"model": "shapes-cvae", "aliases": {}, "history": [], "versions": []}
     summary = publish_day(lake, DATE, n=200)
     validate_curated(lake, "shapes", DATE, summary["run_id"], CuratedGateThresholds(min_rows=10),
-                     PrepareConfig(workers=1))
+                     PrepareConfig(workers=1), IMAGE.records(None))
     lake.put_bytes("evaluations/shapes-cvae/labels/reviewer.jsonl", b"{}\n")  # not a partition
 
     assert catalog.dates() == [DATE]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aigc.cli import main
-from aigc.prepare.rawdrop import DIRT_KINDS, REPAIRED_KINDS
+from aigc.workloads.image.rawdrop import DIRT_KINDS, REPAIRED_KINDS
 
 DATE = "2026-11-28"
 MAKE_RAW = ["make-raw", "--date", DATE, "--n", "300", "--seed", "1"]

@@ -5,9 +5,9 @@ import io
 import numpy as np
 from PIL import Image
 
-from aigc.generate.run import gallery_png
 from aigc.plots import _free_spot, pareto_chart
-from aigc.shapes import Scene, png_bytes, render
+from aigc.workloads.image.gallery import gallery_png
+from aigc.workloads.world import Scene, png_bytes, render
 
 
 def _ink(img: Image.Image, box) -> int:

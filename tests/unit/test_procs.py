@@ -14,7 +14,8 @@ DAEMONIC_TASK = """
 import multiprocessing, sys
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake import LocalLake
-from aigc.prepare import make_raw_drop, prepare
+from aigc.workloads.image.rawdrop import make_raw_drop
+from aigc.workloads.image import prepare_image
 
 def task(root, queue, billiard_key):
     if billiard_key:  # what a Celery (billiard) pool worker leaves in the process it forks
@@ -24,7 +25,7 @@ def task(root, queue, billiard_key):
     raw, lake = LocalLake(root + "/raw"), LocalLake(root + "/lake")
     make_raw_drop(raw, "2026-11-20", RawDropConfig(n=60, seed=1))
     try:
-        queue.put(prepare(raw, lake, "2026-11-20", PrepareConfig(workers=2))["curated"])
+        queue.put(prepare_image(raw, lake, "2026-11-20", PrepareConfig(workers=2))["curated"])
     except Exception as e:
         queue.put(f"{type(e).__name__}: {e}")
 
@@ -64,10 +65,11 @@ def test_workers_start_under_a_main_script_that_cannot_be_imported_again(tmp_pat
         "    raise SystemExit('the main script was re-run in a worker')\n"
         "from aigc.config import PrepareConfig, RawDropConfig\n"
         "from aigc.lake import LocalLake\n"
-        "from aigc.prepare import make_raw_drop, prepare\n"
+        "from aigc.workloads.image.rawdrop import make_raw_drop\n"
+        "from aigc.workloads.image import prepare_image\n"
         f"raw, lake = LocalLake({str(tmp_path / 'raw')!r}), LocalLake({str(tmp_path / 'lake')!r})\n"
         "make_raw_drop(raw, '2026-11-20', RawDropConfig(n=60, seed=1))\n"
-        "summary = prepare(raw, lake, '2026-11-20', PrepareConfig(workers=2))\n"
+        "summary = prepare_image(raw, lake, '2026-11-20', PrepareConfig(workers=2))\n"
         "print('ROWS', summary['curated'])\n"
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from aigc.config import BatchingConfig, GenerateConfig, GenerateGateThresholds
-from aigc.evaluate.run import latest_generation
+from aigc.evaluate.runs import latest_generation
 from aigc.generate.prompts import CLAIM, claim_prompt_file, prompts_key_of
 from aigc.lake import LocalLake
 from aigc.lake.keys import partition

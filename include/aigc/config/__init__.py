@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aigc.config._checks import RESOLUTIONS
 from aigc.config.data import CuratedGateThresholds, PrepareConfig, RawDropConfig
@@ -26,6 +26,9 @@ from aigc.config.serving import (
 from aigc.config.text import TextConfig
 from aigc.config.training import GRAD_COMPRESSIONS, PRECISIONS, SPLITS, ModelConfig, TrainConfig, TrainingGateThresholds
 from aigc.config.workload import WorkloadConfig
+
+if TYPE_CHECKING:
+    from aigc.workload import Workload
 
 __all__ = [
     "DATE_LEASE_TTL", "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "RESOLUTIONS", "SPLITS", "VARIANTS",
@@ -113,15 +116,14 @@ def _smoke() -> PipelineConfig:
 PRESETS = {"default": PipelineConfig, "demo": _demo, "smoke": _smoke}
 
 
-def preset(name: str, workload: str | None = None) -> PipelineConfig:
-    """The named preset for ``workload`` (default: the image workload): the workload's own changes to the preset
-    (``Workload.config_overrides``: its model and dataset names, its sizes) come first, the user's after."""
+def preset(name: str, workload: Workload | None = None) -> PipelineConfig:
+    """The named preset for ``workload`` (a resolved workload: ``aigc.stages.configure`` finds one by name; None: the
+    default): the workload's own changes to the preset (``Workload.config_overrides``: its model and dataset names,
+    its sizes) come first, the user's after."""
     try:
         cfg = PRESETS[name]()
     except KeyError:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}") from None
-    if not workload or workload == cfg.workload.name:
+    if workload is None or workload.name == cfg.workload.name:
         return cfg
-    from aigc.workloads import load_workload
-
-    return cfg.override({"workload": {"name": workload}, **load_workload(workload).config_overrides(name)})
+    return cfg.override({"workload": {"name": workload.name}, **workload.config_overrides(name)})

@@ -9,7 +9,7 @@ from aigc.config._checks import RESOLUTIONS, _check_range
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Stage 2's generator: a conditional VAE (``aigc.models.cvae``) sized by these numbers."""
+    """Stage 2's generator: a conditional VAE (``aigc.workloads.image.cvae``) sized by these numbers."""
 
     name: str = "shapes-cvae"
     """Model name: training output under ``training/<name>/``, registry under ``models/<name>/``."""

@@ -80,7 +80,7 @@ def run_dag_test(date: str, conf: dict, env: dict, log: Path, out: TextIO = sys.
     return proc.returncode
 
 
-def status(date: str, env: dict, workload: str = "image") -> int:
+def status(date: str, env: dict, workload: str) -> int:
     return subprocess.run([str(Path(sys.executable).parent / "aigc"), "status", "--date", date, "--workload", workload],
                           env=env).returncode
 

@@ -21,7 +21,7 @@ from typing import Any
 from aigc.evaluate.metrics import pareto_front, recommend
 from aigc.evaluate.stats import paired_difference, wilson
 from aigc.lake.keys import join, parse_date
-from aigc.prepare.checks import blocked_term
+from aigc.safety import blocked_term
 
 POLICIES = ("batch1", "adaptive")
 
@@ -50,14 +50,13 @@ class Evaluation:
 
     @classmethod
     def of(cls, lake, generation: dict, run_id: str) -> Evaluation:
-        from aigc.evaluate.run import _generated, evaluation_prefix
+        from aigc.evaluate.runs import evaluation_prefix, generated_rows
         from aigc.registry import Registry
-
         started = time.perf_counter()
         date, model = parse_date(generation["date"]).isoformat(), generation["model"]
         registry = Registry(lake, model)
         return cls(date, model, generation["version"], evaluation_prefix(model, date, run_id), registry,
-                   registry.get(generation["version"]), _generated(lake, generation), started)
+                   registry.get(generation["version"]), generated_rows(lake, generation), started)
 
     def against_production(self, lake, workload, verdicts_of, candidate: list[bool], confidence: float):
         """(production's version or None, the paired interval production − candidate on the same prompts, or None):
@@ -70,7 +69,7 @@ class Evaluation:
             production = self.registry.resolve("production")
         if not production or production == self.version:
             return production, None
-        prod = load_serving(lake, self.model, production, "fp32", "cpu", workload)
+        prod = load_serving(lake, self.model, production, "fp32", "cpu", workload.serving)
         return production, paired_difference(verdicts_of(prod), candidate, confidence)
 
 
@@ -91,7 +90,7 @@ def evaluate_scored(lake, generation: dict, cfg, *, run_id: str, workload) -> di
     eligible = (record.get("smoke_test") or {}).get("eligible_variants") or ["fp32"]
     points, grid = [], {}
     for variant in eligible:
-        serving = load_serving(lake, model, version, variant, "cpu", workload)
+        serving = load_serving(lake, model, version, variant, "cpu", workload.serving)
         outputs = serving.generate(prompts, seeds)
         grid[variant] = [bool(workload.score(p, workload.output_row(o))) for p, o in zip(prompts, outputs,
                                                                                           strict=True)]
@@ -154,19 +153,19 @@ def scored_checks(metrics: dict, t) -> list:
     """Gate 5 on a scored evaluation: the day's content and the recommended configuration judged right often
     enough (failing only when the interval is wholly below ``min_alignment``), and no safety violation."""
     from aigc.config.form import how_to_set
-    from aigc.quality.evaluation import Check, _figure
+    from aigc.quality.evaluation import Check, figure
 
     iv = metrics["intervals"]
     lower = f"lower {how_to_set('evaluate_gate', 'min_alignment')}"
     return [
         Check("content_alignment", "the day's content judged right", (iv["alignment"] or {}).get("hi") or 0.0,
-              t.min_alignment, True, _figure(iv["alignment"]),
-              f"the checker judges {_figure(iv['alignment'])} of the day's outputs right, significantly below the "
+              t.min_alignment, True, figure(iv["alignment"]),
+              f"the checker judges {figure(iv['alignment'])} of the day's outputs right, significantly below the "
               f"minimum {t.min_alignment:g}. Train longer ({how_to_set('train', 'steps')}); or {lower}."),
         Check("model_alignment", "the recommended configuration judged right on the evaluation prompts",
               (iv.get("model_alignment") or {}).get("hi") or 0.0, t.min_alignment, True,
-              _figure(iv.get("model_alignment")),
-              f"the recommended configuration is judged right on {_figure(iv.get('model_alignment'))} of the fixed "
+              figure(iv.get("model_alignment")),
+              f"the recommended configuration is judged right on {figure(iv.get('model_alignment'))} of the fixed "
               f"evaluation prompts, significantly below the minimum {t.min_alignment:g}; or {lower}."),
         Check("safety_violations", "outputs for prompts with blocked terms", float(metrics["safety_violations"]),
               0.0, False, str(metrics["safety_violations"]),

@@ -1,4 +1,4 @@
-"""The prompts of a logical date: a JSONL file in the lake, or a demo set drawn from held-out captions.
+"""The prompts of a logical date: a JSONL file in the lake, or a demo set the workload draws.
 
     prompts/<dataset>/dt=<YYYY-MM-DD>/prompts.jsonl      dropped by a producer
     generations/<model>/dt=…/run=<run_id>/prompts.jsonl  a demo set, written by the run that uses it
@@ -15,17 +15,13 @@ bounds, and pins it (``aigc.generate.pinned``); a line that is not a prompt is a
 from __future__ import annotations
 
 import datetime as dt
-import json
-import random
-from importlib import resources
 
-from aigc.config import GenerateConfig
 from aigc.generate.pinned import BadPrompts
 from aigc.lake import Lake, LocalLake
 from aigc.lake.base import ObjectNotFound
 from aigc.lake.keys import join, parse_date, partition
 
-__all__ = ["CLAIM", "FILE", "BadPrompts", "acknowledge_prompt_file", "claim_prompt_file", "make_demo_prompts",
+__all__ = ["CLAIM", "FILE", "BadPrompts", "acknowledge_prompt_file", "claim_prompt_file",
            "prompts_key", "prompts_key_of"]
 
 FILE = "prompts.jsonl"
@@ -127,25 +123,3 @@ def acknowledge_prompt_file(lake: Lake, prompts_key: str, sha256: str, by: str) 
     except _Claimed:
         return False
     return True
-
-
-def _blocked_terms() -> list[str]:
-    text = resources.files("aigc.data").joinpath("blocklist.txt").read_text("utf-8")
-    return [t.strip() for t in text.splitlines() if t.strip() and not t.lstrip().startswith("#")]
-
-
-def make_demo_prompts(lake: Lake, dataset: str, date: str | dt.date, cfg: GenerateConfig, key: str) -> dict:
-    """Held-out captions of the date's curated partition (its validation split) and a few blocked ones, at ``key``."""
-    from aigc.train.data import load_window
-
-    index = load_window(lake, dataset, date, 1)
-    _train, held_out = index.split(0.05, 10**9)
-    captions = [index.captions[i] for i in held_out] or index.captions
-    rng = random.Random(cfg.seed)
-    chosen = [rng.choice(captions) for _ in range(cfg.prompts)]
-    terms = _blocked_terms()
-    blocked = [f"{rng.choice(captions)} with {rng.choice(terms)}" for _ in range(cfg.blocked_prompts)]
-    rows = [{"prompt_id": f"p-{i:06d}", "prompt": p, "seed": cfg.seed + i} for i, p in enumerate(chosen + blocked)]
-    rng.shuffle(rows)  # blocked prompts land in every shard, not all in the last one
-    lake.put_bytes(key, "".join(json.dumps(r) + "\n" for r in rows).encode())
-    return {"prompts_uri": lake.url(key), "prompts": len(rows), "blocked": len(blocked)}

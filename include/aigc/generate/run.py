@@ -18,13 +18,11 @@ import hashlib
 import io
 import json
 import logging
-import math
-import textwrap
 import time
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from PIL import Image
 
 from aigc.config import PipelineConfig
 from aigc.generate import pinned
@@ -33,8 +31,9 @@ from aigc.lake import Lake
 from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
-from aigc.shapes import png_bytes
-from aigc.workloads import workload_of
+
+if TYPE_CHECKING:  # annotations only: the workload interface imports the stages' modules
+    from aigc.workload import Workload
 
 log = logging.getLogger(__name__)
 _CORE_BEFORE = [("prompt_id", pa.string()), ("prompt", pa.string()), ("seed", pa.int64()), ("status", pa.string()),
@@ -48,14 +47,6 @@ def generation_schema(workload) -> pa.Schema:
     return pa.schema([*_CORE_BEFORE, *[(n, getattr(pa, t)()) for n, t in workload.output_columns], *_CORE_AFTER])
 
 
-def _image_workload():
-    from aigc.workloads import load_workload
-
-    return load_workload("image")
-
-
-SCHEMA = generation_schema(_image_workload())
-"""The image workload's generation table (``generation_schema`` of another workload for its own)."""
 MANIFEST = "_MANIFEST.json"
 DEMO_PROMPTS = "prompts.jsonl"  # a demo prompt set, in the generation run that drew it
 
@@ -68,8 +59,10 @@ def generation_prefix(model: str, date: str | dt.date, run_id: str) -> str:
     return run_prefix(partition("generations", model, date), run_id)
 
 
-def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id: str | None = None,
-                    demo_prompts: bool = False, model_ref: str | None = None, prompts_key: str | None = None) -> dict:
+def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, workload: Workload, *,
+                    run_id: str | None = None,
+                    demo_prompts: bool = False, model_ref: str | None = None,
+                    prompts_key: str | None = None) -> dict:
     """Check model, variant and prompts; split the prompts into shards. Writes the demo prompt set if asked.
 
     ``model_ref`` (default: the config's, ``candidate``) names the version or alias to generate with; a
@@ -90,7 +83,7 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run
     if demo_prompts and not prompts_key and not lake.exists(key):
         key = join(prefix, DEMO_PROMPTS)
         if not lake.exists(key):  # a retry of this plan (same run id, same config) reuses its set
-            workload_of(cfg).demo_prompts(lake, date.isoformat(), cfg, key)
+            workload.demo_prompts(lake, date.isoformat(), cfg, key)
     pin = pinned.pin(lake, key, prefix, g, g.shards)  # the version every shard answers, whatever happens to the file
     return {"stage": "plan-generation", "date": date.isoformat(), "run_id": run_id, "model": cfg.model.name,
             "model_ref": ref, "version": record["version"], "variant": g.variant, "prompts": pin["prompts"],
@@ -108,35 +101,13 @@ def serves_on(variant: str, record: dict) -> str:
     return "cpu" if variant in ONNX_KINDS and not device.startswith("cuda") else "gpu"
 
 
-def cache_key(version: str, variant: str, prompt: str, seed: int, resolution: int) -> str:
-    """Everything that determines the output; a change of any part is a different entry."""
-    return hashlib.sha256(json.dumps([version, variant, prompt, seed, resolution]).encode()).hexdigest()
+def cache_key(version: str, variant: str, prompt: str, seed: int, setting: object) -> str:
+    """Everything that determines the output (``setting``: the workload's own, a resolution, a token count); a
+    change of any part is a different entry."""
+    return hashlib.sha256(json.dumps([version, variant, prompt, seed, setting]).encode()).hexdigest()
 
 
-def gallery_png(images: list[bytes], captions: list[str], columns: int = 8, tile: int = 96) -> bytes:
-    """A grid of ``images``, each at least ``tile`` px wide with its prompt written under it."""
-    from PIL import ImageDraw
-
-    tiles = [Image.open(io.BytesIO(b)).convert("RGB") for b in images]
-    if not tiles:  # every prompt refused: an empty (white) gallery, not a missing file
-        return png_bytes(Image.new("RGB", (16, 16), "white"))
-    w, h = tiles[0].size
-    scale = max(1, tile // w)
-    cell_w, line_h = w * scale + 4, 11
-    wrapped = [textwrap.wrap(c, max(8, cell_w // 6))[:4] for c in captions]
-    cell_h = h * scale + 4 + line_h * max((len(lines) for lines in wrapped), default=0)
-    rows = math.ceil(len(tiles) / columns)
-    grid = Image.new("RGB", (min(columns, len(tiles)) * cell_w, rows * cell_h), "white")
-    draw = ImageDraw.Draw(grid)
-    for i, (image, lines) in enumerate(zip(tiles, wrapped, strict=True)):
-        x, y = (i % columns) * cell_w, (i // columns) * cell_h
-        grid.paste(image.resize((w * scale, h * scale), Image.Resampling.NEAREST), (x + 2, y + 2))
-        for j, line in enumerate(lines):
-            draw.text((x + 2, y + h * scale + 3 + j * line_h), line, fill=(40, 40, 40))
-    return png_bytes(grid)
-
-
-def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> dict:
+def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig, workload: Workload) -> dict:
     """Generate one shard's prompts (or return its ledger entry if a previous attempt finished it)."""
     prefix = generation_prefix(plan["model"], plan["date"], plan["run_id"])
     k = shard["shard"]
@@ -147,7 +118,6 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig) -> 
         return {**entry, "already_done": True}
     started = time.perf_counter()
     entries = pinned.read_slice(lake, plan["prompts_pinned"], shard)
-    workload = workload_of(cfg)
     prompts = [e for e in entries if "refused" not in e]
     answered, report = workload.generate_shard(lake, plan, prompts, cfg)
     rows = _in_line_order(entries, iter(answered), plan, workload)
@@ -197,7 +167,7 @@ def generation_rows(lake: Lake, manifest: dict, columns: list[str] | None = None
     return lake.read_parquet(manifest["shards"], columns=columns)
 
 
-def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
+def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig, workload: Workload) -> dict:
     """Every shard's ledger entry present → the run's gallery and manifest."""
     prefix = generation_prefix(plan["model"], plan["date"], plan["run_id"])
     entries = []
@@ -208,7 +178,6 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig) -> dict:
                                f"({lake.url(key)}): it did not finish")
         entries.append(lake.get_json(key))
     per_shard = max(1, cfg.generate.gallery_images // len(entries))
-    workload = workload_of(cfg)
     columns = ["prompt_id", "status", "prompt", *[n for n, _ in workload.output_columns]]
     shown = []
     for e in entries:

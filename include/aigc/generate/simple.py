@@ -14,13 +14,13 @@ import time
 from aigc.batching import AdaptiveBatcher, DeviceProbe, MemoryModel
 from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join
-from aigc.prepare.checks import blocked_term
+from aigc.safety import blocked_term
 
 
 def generate_shard_simple(lake, plan: dict, prompts: list[dict], cfg, workload) -> tuple[list[dict], dict]:
     from aigc.registry.loader import load_serving
 
-    serving = load_serving(lake, plan["model"], plan["version"], plan["variant"], "cpu", workload)
+    serving = load_serving(lake, plan["model"], plan["version"], plan["variant"], "cpu", workload.serving)
     cache_prefix = join("cache", "generations", plan["model"], plan["version"], plan["variant"])
     empty = {name: None for name, _ in workload.output_columns}
 

@@ -98,10 +98,8 @@ def children_credentials(lake, base: dict[str, str]) -> Iterator[dict[str, str]]
     """The environment for child processes that open ``lake``: ``base`` without Airflow's secrets
     (``NEVER_FOR_CHILDREN``), and for an S3 lake with a role also without any long-lived key, with the role's
     credentials served for as long as this is open."""
-    from aigc.lake.s3 import S3Lake
-
     base = {k: v for k, v in base.items() if not k.startswith(NEVER_FOR_CHILDREN)}
-    if not (isinstance(lake, S3Lake) and lake.options.role_arn):
+    if not getattr(getattr(lake, "options", None), "role_arn", None):  # an S3 lake with a role (S3Options)
         yield base
         return
     with serve_role_credentials(lake) as served:

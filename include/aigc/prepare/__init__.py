@@ -1,7 +1,6 @@
 """Stage 1, data preparation: raw drop → curated Parquet shards + quarantine."""
 
 from aigc.prepare.drop import DropNotFound
-from aigc.prepare.rawdrop import make_raw_drop
 from aigc.prepare.run import ReconciliationError, prepare, publish_prepared
 
-__all__ = ["DropNotFound", "ReconciliationError", "make_raw_drop", "prepare", "publish_prepared"]
+__all__ = ["DropNotFound", "ReconciliationError", "prepare", "publish_prepared"]

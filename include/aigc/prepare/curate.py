@@ -22,7 +22,7 @@ from aigc.prepare.drop import EmptyDrop, drop_prefix
 from aigc.prepare.history import KEYS_DIR, dedup_settings, keys_schema, seed_from_earlier_dates
 from aigc.prepare.records import Rejected
 from aigc.prepare.shards import QUARANTINE_SCHEMA, RollingParquetWriter
-from aigc.workloads import RecordRules
+from aigc.workload import RecordRules
 
 MANIFEST = "_manifest.json"
 DEDUP_BLOCK = 256

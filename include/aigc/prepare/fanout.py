@@ -39,7 +39,7 @@ from aigc.prepare.records import Rejected
 from aigc.prepare.run import examining
 from aigc.prepare.shards import QUARANTINE_SCHEMA, RollingParquetWriter
 from aigc.progress import progress
-from aigc.workloads import RecordRules
+from aigc.workload import RecordRules
 
 PART_DONE = "_part.json"
 KEY = "_key_"  # the candidates' dedup-key columns: _key_<name>, apart from the curated columns
@@ -120,8 +120,7 @@ def prepare_part(raw: Lake, lake: Lake, plan: dict, part: dict, cfg: PrepareConf
     return done
 
 
-def merge_parts(raw: Lake, lake: Lake, plan: dict, cfg: PrepareConfig, rules: RecordRules,
-                workload: str = "image") -> dict:
+def merge_parts(raw: Lake, lake: Lake, plan: dict, cfg: PrepareConfig, rules: RecordRules, workload: str) -> dict:
     """Deduplicate and write the plan's parts in drop order (``PartMissing`` if one has not finished); the same
     summary as ``prepare``'s, with the parts' figures under ``fanout``. ``DropChanged`` if the drop is no longer
     the one the plan saw."""

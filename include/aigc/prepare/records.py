@@ -1,6 +1,6 @@
 """What stage 1 does with any workload's records: parse a JSONL line, reject with a reason, deduplicate.
 
-A workload's ``RecordRules`` (``aigc.workloads.base``) decides what a clean record is; the core parses
+A workload's ``RecordRules`` (``aigc.workload``) decides what a clean record is; the core parses
 lines, quarantines every rejection with its reason, and drops duplicates in drop order (the first
 record wins). ``PerRecordRules`` is the short way to write rules: one method that turns a parsed
 record into a curated row, and the core does the rest, including near-duplicate detection by MinHash
@@ -21,7 +21,7 @@ import numpy as np
 from aigc.config import PrepareConfig
 from aigc.jsonlines import JsonLimits, Refused, read_json_object
 from aigc.prepare import minhash
-from aigc.workloads.base import RecordRules
+from aigc.workload import RecordRules
 
 CORE_REASONS = ("invalid_utf8", "malformed_json", "record_too_large", "missing_field", "attachment_key_invalid",
                 "duplicate_id", "exact_duplicate", "near_duplicate")

@@ -29,18 +29,17 @@ from aigc.prepare.records import Examined, Rejected
 from aigc.prepare.worker import examine_lines, init_worker
 from aigc.procs import available_cpus, worker_processes_allowed
 from aigc.progress import progress
-from aigc.workloads import RecordRules, load_workload
+from aigc.workload import RecordRules
 
 log = logging.getLogger(__name__)
 __all__ = ["MANIFEST", "ReconciliationError", "prepare", "publish_prepared"]
 BATCH = 256  # lines per task sent to a decoding process: amortises the IPC
 
 
-def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_id: str | None = None,
-            rules: RecordRules | None = None, workload: str = "image") -> dict:
-    """Prepare the drop of ``date`` from ``raw`` into ``lake`` by a workload's record ``rules`` (default: the image
-    workload's), on this host; returns the JSON summary. (``aigc.prepare.fanout`` does the same across tasks.)"""
-    rules = rules or load_workload("image").records(None)
+def prepare(raw: Lake, lake: Lake, date: str | dt.date, cfg: PrepareConfig, run_id: str | None = None, *,
+            rules: RecordRules, workload: str) -> dict:
+    """Prepare the drop of ``date`` from ``raw`` into ``lake`` by the record ``rules`` of the workload named
+    ``workload``, on this host; returns the JSON summary. (``aigc.prepare.fanout`` does the same across tasks.)"""
     date = parse_date(date)
     started = time.perf_counter()
     files = record_files(raw, date)  # DropNotFound before anything is written

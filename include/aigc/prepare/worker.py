@@ -14,17 +14,15 @@ from aigc.config import PrepareConfig
 from aigc.lake import Lake, LakeKeyError, LocalLake, ObjectNotFound
 from aigc.prepare.drop import RawLine
 from aigc.prepare.records import Examined, Unreadable
-from aigc.workloads.base import RecordRules
+from aigc.workload import RecordRules
 
 _state: dict = {}
 
 
-def init_worker(drop: Lake, cfg: PrepareConfig, rules: RecordRules | None = None) -> None:
-    """Run once per process: the drop's lake, the config and the workload's rules (default: the image workload's,
-    sent pickled to each process), instead of once per batch."""
-    from aigc.workloads import load_workload
-
-    _state.update(drop=drop, cfg=cfg, rules=rules or load_workload("image").records(None))
+def init_worker(drop: Lake, cfg: PrepareConfig, rules: RecordRules) -> None:
+    """Run once per process: the drop's lake, the config and the workload's rules (sent pickled to each process),
+    instead of once per batch."""
+    _state.update(drop=drop, cfg=cfg, rules=rules)
     _state.setdefault("fetcher", ThreadPoolExecutor(max_workers=8))  # one per process, reused
 
 

@@ -19,21 +19,20 @@ from aigc.lake import Lake
 from aigc.lake.keys import join, partition, run_prefix
 from aigc.prepare.run import MANIFEST
 from aigc.quality.gate import Table, run_gate
-from aigc.workloads import RecordRules, load_workload
+from aigc.workload import RecordRules
 
 GATE = "curated"
 
 
 def validate_curated(
     lake: Lake, dataset: str, date: str | dt.date, run_id: str,
-    thresholds: CuratedGateThresholds, prepare_cfg: PrepareConfig, rules: RecordRules | None = None,
+    thresholds: CuratedGateThresholds, prepare_cfg: PrepareConfig, rules: RecordRules,
 ) -> dict:
-    """Run gate 1 on a prepared (not yet published) run by a workload's record ``rules`` (default: the image
-    workload's); GateFailed if it does not pass. The core's expectations (schema, rows, unique ids and content,
+    """Run gate 1 on a prepared (not yet published) run by a workload's record ``rules``; GateFailed if it does not
+    pass. The core's expectations (schema, rows, unique ids and content,
     quarantine, reconciliation) hold for every workload; the rules add their own on the rows."""
     import great_expectations.expectations as gxe
 
-    rules = rules or load_workload("image").records(None)
     schema_of = rules.curated_schema
     columns = [f.name for f in schema_of if f.name not in rules.payload_columns]  # payload is not needed to judge
     curated_run = run_prefix(partition("curated", dataset, date), run_id)

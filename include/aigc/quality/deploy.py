@@ -9,6 +9,8 @@ recorded as not eligible for generation.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from aigc.config import DeployGateThresholds
@@ -18,25 +20,25 @@ from aigc.quality.gate import Table, run_gate
 from aigc.registry.loader import load_serving
 from aigc.registry.store import Registry
 
+if TYPE_CHECKING:  # annotations only: the workload interface imports the stages' modules
+    from aigc.workload import Workload
+
 GATE = "deploy"
 
 
 def smoke_test(lake: Lake, model: str, ref: str, thresholds: DeployGateThresholds, date: str,
-               workload=None) -> dict:
-    """Gate 3 on a version's variants, judged by ``workload`` (default: the image workload): each must load
+               workload: Workload) -> dict:
+    """Gate 3 on a version's variants, judged by ``workload``: each must load
     safely; fp32 must be fast enough and pass the workload's checks; a variant that misses is not eligible."""
     import great_expectations.expectations as gxe
 
-    from aigc.workloads import load_workload
-
-    workload = workload or load_workload("image")
     registry = Registry(lake, model)
     record = registry.get(ref)
     version = record["version"]
     rows, check_names = [], []
     for kind, entry in sorted(record.get("variants", {}).items()):
         try:
-            load_serving(lake, model, version, kind, "cpu", workload)
+            load_serving(lake, model, version, kind, "cpu", workload.serving)
             loads, error = True, ""
         except Exception as e:  # recorded, and fails the gate below: a variant must load
             loads, error = False, f"{type(e).__name__}: {e}"

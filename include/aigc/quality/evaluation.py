@@ -15,17 +15,21 @@ top of the report, which is re-written with the gate's verdict either way.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from aigc.config import EvaluationGateThresholds, PipelineConfig
 from aigc.config.form import how_to_set
-from aigc.evaluate.run import evaluation_prefix
+from aigc.evaluate.runs import evaluation_prefix
 from aigc.lake import Lake
 from aigc.lake.keys import join, partition, run_prefix
 from aigc.lake.publish import publish
 from aigc.quality.gate import GateFailed, Table, run_gate
 from aigc.registry import Registry
+
+if TYPE_CHECKING:  # annotations only: the workload interface imports the stages' modules
+    from aigc.workload import Workload
 
 GATE = "evaluation"
 
@@ -55,7 +59,7 @@ class Check:
                 "explanation": None if self.passed else self.failure}
 
 
-def _figure(estimate: dict | None, scale: str = "{:.3f}") -> str:
+def figure(estimate: dict | None, scale: str = "{:.3f}") -> str:
     """'0.864 (95 % interval 0.836–0.888, n = 648)'."""
     if not estimate or estimate.get("value") is None:
         return f"not measurable (n = {estimate['n'] if estimate else 0})"
@@ -63,58 +67,6 @@ def _figure(estimate: dict | None, scale: str = "{:.3f}") -> str:
         return f"{scale.format(estimate['value'])} (n = {estimate['n']})"
     return (f"{scale.format(estimate['value'])} ({estimate['confidence']:.0%} interval "
             f"{scale.format(estimate['lo'])}–{scale.format(estimate['hi'])}, n = {estimate['n']})")
-
-
-def checks(metrics: dict, t: EvaluationGateThresholds) -> list[Check]:
-    """Gate 5's checks on an evaluation's ``metrics.json``, in the order the report lists them."""
-    iv = metrics["intervals"]
-    rec = metrics.get("recommended") or {}
-    config = f"{rec.get('variant')}/{rec.get('policy')}"
-
-    def hi(e: dict | None) -> float:
-        return e["hi"] if e and e.get("hi") is not None else 0.0  # nothing scored: nothing shown to be good
-
-    def lo(e: dict | None, missing: float = 0.0) -> float:
-        return e["lo"] if e and e.get("lo") is not None else missing
-
-    train_longer = f"Train longer or on more data ({how_to_set('train', 'steps')})"
-    accept = f"to accept it, lower the minimum with {how_to_set('evaluate_gate', 'min_alignment')}"
-    checker_bar = f"lower the bar with {how_to_set('evaluate_gate', 'min_checker_accuracy')}"
-    return [
-        Check("content_alignment", "alignment of the day's content", hi(iv["alignment"]), t.min_alignment, True,
-              _figure(iv["alignment"]),
-              f"the all-attributes alignment of the day's generated images is {_figure(iv['alignment'])}, "
-              f"significantly below the minimum {t.min_alignment:g}: the images often miss the colour, shape, "
-              f"size or position their prompt asks for. {train_longer}; {accept}."),
-        Check("model_alignment", f"alignment of the recommended configuration ({config}) on the evaluation set",
-              hi(iv.get("model_alignment")), t.min_alignment, True, _figure(iv.get("model_alignment")),
-              f"the recommended configuration {config} draws {_figure(iv.get('model_alignment'))} of the fixed "
-              f"evaluation prompts (every attribute combination) right, significantly below the minimum "
-              f"{t.min_alignment:g}: the model does not cover the whole caption grammar. {train_longer}; {accept}."),
-        Check("checker_reference", "checker accuracy on its reference set", hi(iv["checker_reference"]),
-              t.min_checker_accuracy, True, _figure(iv["checker_reference"], "{:.4f}"),
-              f"the checker reads its fixed reference scenes right {_figure(iv['checker_reference'], '{:.4f}')}, "
-              f"significantly below the minimum {t.min_checker_accuracy:g}: no alignment figure can be trusted. "
-              "The checker or the reference world changed: see checker_reference.misread in metrics.json for "
-              f"examples, and fix the checker; or {checker_bar}."),
-        Check("checker_real", "checker accuracy on the day's held-out real images", hi(iv["checker_real"]),
-              t.min_checker_accuracy, True, _figure(iv["checker_real"], "{:.4f}"),
-              f"the checker reads the day's held-out real images right {_figure(iv['checker_real'], '{:.4f}')}, "
-              f"significantly below the minimum {t.min_checker_accuracy:g}, though it reads its reference set "
-              "well: the day's data differ from the reference world (a new source, resolution or caption style?). "
-              f"Inspect the curated partition; or {checker_bar}."),
-        Check("fid", "Fréchet distance to real images", lo(iv["fid"], 1e9), t.max_fid, False,
-              _figure(iv["fid"], "{:.4f}"),
-              f"the Fréchet distance between generated and real images is {_figure(iv['fid'], '{:.4f}')}, "
-              f"significantly above the maximum {t.max_fid:g}: the generated images are not distributed like real "
-              f"ones (colours, backgrounds, placement or sizes are off). {train_longer}; to accept it, raise the "
-              f"maximum with {how_to_set('evaluate_gate', 'max_fid')}."),
-        Check("safety_violations", "generated images for prompts with blocked terms",
-              float(metrics["safety_violations"]), 0.0, False, str(metrics["safety_violations"]),
-              f"{metrics['safety_violations']} image(s) were generated for prompts with blocked terms, where the "
-              "maximum is 0: stage 4's refusal did not hold. Check the blocklist (--blocklist on `aigc prepare`) "
-              "and the generation run; this check has no threshold to change."),
-    ]
 
 
 def promotion(metrics: dict, t: EvaluationGateThresholds) -> dict:
@@ -130,26 +82,23 @@ def promotion(metrics: dict, t: EvaluationGateThresholds) -> dict:
     if not production or regression is None or regression.get("lo") is None:
         return {"promote": True, "regression": None,
                 "reason": f"{version} is production already" if production == version else "no production model yet"}
-    figure = _figure(regression)
+    shown = figure(regression)
     if regression["lo"] > t.max_regression:
         return {"promote": False, "regression": regression, "reason": (
             f"production {production} stays: on the same {regression['n']} prompts and seeds it beats {version} "
-            f"by {figure} alignment (fp32 against fp32), significantly more than the allowed {t.max_regression:g}. "
+            f"by {shown} alignment (fp32 against fp32), significantly more than the allowed {t.max_regression:g}. "
             f"{version}'s content passed gate 5 and is published; to promote such a version anyway, raise "
             f"{how_to_set('evaluate_gate', 'max_regression')}, or promote it by hand with "
             f"`aigc registry promote --version {version}`")}
     return {"promote": True, "regression": regression, "reason": (
         f"{version} replaces production {production}: it is not significantly worse by more than "
-        f"{t.max_regression:g} (production − {version}: {figure})")}
+        f"{t.max_regression:g} (production − {version}: {shown})")}
 
 
-def validate_evaluation(lake: Lake, evaluated: dict, thresholds: EvaluationGateThresholds, workload=None) -> dict:
-    """Gate 5 on an evaluation run, by ``workload``'s checks (default: the image workload's, ``checks``)."""
+def validate_evaluation(lake: Lake, evaluated: dict, thresholds: EvaluationGateThresholds, workload: Workload) -> dict:
+    """Gate 5 on an evaluation run, by ``workload``'s checks (``Workload.evaluation_checks``)."""
     import great_expectations.expectations as gxe
 
-    from aigc.workloads import load_workload
-
-    workload = workload or load_workload("image")
     prefix = evaluation_prefix(evaluated["model"], evaluated["date"], evaluated["run_id"])
     metrics = lake.get_json(join(prefix, "metrics.json"))
     judged = workload.evaluation_checks(metrics, thresholds)

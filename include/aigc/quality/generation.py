@@ -1,59 +1,31 @@
 """Gate 4 (generate → evaluate): one row per prompt, refused prompts recorded as refused (never generated),
-and the workload's checks on the outputs (images: they decode at the model's size and are not blank)."""
+and the workload's checks on the outputs (``Workload.generation_checks``)."""
 
 from __future__ import annotations
 
-import io
+from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
-from PIL import Image
 
 from aigc.config import GenerateGateThresholds, PipelineConfig
 from aigc.generate.run import MANIFEST, expected_prompt_ids, generation_prefix, generation_rows
 from aigc.lake import Lake
 from aigc.lake.keys import join, partition, run_prefix
-from aigc.prepare.checks import blocked_term
 from aigc.quality.gate import Table, run_gate
+from aigc.safety import blocked_term
+
+if TYPE_CHECKING:  # annotations only: the workload interface imports the stages' modules
+    from aigc.workload import Workload
 
 GATE = "generate"
 
 
-def _image_stats(data: bytes | None) -> tuple[int | None, int | None, float | None]:
-    if data is None:
-        return None, None, None
-    try:
-        img = Image.open(io.BytesIO(data)).convert("RGB")
-    except Exception:
-        return -1, -1, None  # does not decode: fails the size expectation with the row named
-    return img.width, img.height, float(np.asarray(img, dtype=np.float32).std())
-
-
-def image_checks(rows: pd.DataFrame, cfg: PipelineConfig, thresholds: GenerateGateThresholds):
-    """The image workload's part of gate 4: images decode at the model's size and are not blank."""
-    import great_expectations.expectations as gxe
-
-    stats = [_image_stats(b) for b in rows["image"]]
-    rows = rows.drop(columns=["image"]).assign(
-        decoded_width=[s[0] for s in stats], decoded_height=[s[1] for s in stats], pixel_std=[s[2] for s in stats])
-    generated = rows[rows["status"] == "generated"]
-    r = cfg.model.resolution
-    blank = float((generated["pixel_std"] < thresholds.blank_std).mean()) if len(generated) else 0.0
-    return rows, [
-        gxe.ExpectColumnValuesToBeBetween(column="decoded_width", min_value=r, max_value=r),
-        gxe.ExpectColumnValuesToBeBetween(column="decoded_height", min_value=r, max_value=r),
-    ], {"blank_fraction": (blank, thresholds.max_blank_fraction)}
-
-
 def validate_generation(lake: Lake, plan: dict, cfg: PipelineConfig, thresholds: GenerateGateThresholds,
-                        workload=None) -> dict:
+                        workload: Workload) -> dict:
     """Gate 4 on a finished generation run: the core's ledger checks (every prompt answered once, refused prompts
     refused with a reason and nothing generated for them, no blocked prompt generated), then the workload's."""
     import great_expectations.expectations as gxe
 
-    from aigc.workloads import load_workload
-
-    workload = workload or load_workload("image")
     prefix = generation_prefix(plan["model"], plan["date"], plan["run_id"])
     manifest = lake.get_json(join(prefix, MANIFEST))
     rows = generation_rows(lake, manifest).to_pandas()

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dict:
     """Build (or rebuild) the configured variants a workload supports; record each one's measurements."""
-    from aigc.registry.deploy import _latencies, version_inputs
+    from aigc.registry.deploy import latencies, version_inputs
 
     d = cfg.deploy
     registry, record, prefix, card, fp32_bytes = version_inputs(lake, model, ref)
@@ -53,7 +53,7 @@ def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dic
                        "size_vs_fp32": round(len(data) / len(fp32_bytes), 4), "compute": variants.COMPUTE[kind],
                        **workload.measure_variant(outputs, baseline), "smoke_prompts": len(prompts),
                        "prompt_seed": d.seed, "threads": torch.get_num_threads(), "device": str(device)}
-    for kind, timing in _latencies(servings, prompts, seeds, d, dict.fromkeys(servings, device)).items():
+    for kind, timing in latencies(servings, prompts, seeds, d, dict.fromkeys(servings, device)).items():
         entry = built[kind]
         entry.update(timing)
         if kind != "fp32":

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aigc.config import PipelineConfig
 from aigc.devices import processes_per_node
@@ -28,6 +29,9 @@ from aigc.lake.publish import new_run_id
 from aigc.procs import available_cpus
 from aigc.train.artifacts import SUMMARY, training_run_prefix
 from aigc.train.rendezvous import HOST_ENV, announce, await_endpoint, rendezvous_key
+
+if TYPE_CHECKING:  # annotations only: the workload interface imports the stages' modules
+    from aigc.workload import Workload
 
 log = logging.getLogger(__name__)
 RENDEZVOUS_WAIT_S = 30 * 60  # how long another node waits for node 0's task to start (a queue, a pool slot)
@@ -166,8 +170,8 @@ def _run_torchrun(cmd: list[str], env: dict[str, str], timeout_s: float, run_id:
         reader.join(timeout=5)
 
 
-def worker_main(lake_uri: str, date: str, run_id: str, cfg: PipelineConfig) -> dict | None:
-    """What each torchrun worker runs."""
+def worker_main(lake_uri: str, date: str, run_id: str, cfg: PipelineConfig, workload: Workload) -> dict | None:
+    """What each torchrun worker runs (``aigc train --worker``, which resolves the workload by name)."""
     from aigc.lake import open_lake
     from aigc.train import distributed as D
     from aigc.train.loop import train_rank
@@ -177,6 +181,6 @@ def worker_main(lake_uri: str, date: str, run_id: str, cfg: PipelineConfig) -> d
         raise SystemExit("torchrun exited before this worker started")
     ctx = D.init_distributed(cfg.train.threads, timeout_s=min(cfg.train.timeout_s, 1800))
     try:
-        return train_rank(open_lake(lake_uri), date, cfg, run_id, ctx)
+        return train_rank(open_lake(lake_uri), date, cfg, run_id, ctx, workload)
     finally:
         D.shutdown(ctx)

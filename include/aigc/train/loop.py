@@ -13,6 +13,7 @@ import gc
 import logging
 import math
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,9 +28,12 @@ from aigc.train.balance import imbalance, plan_for, step_imbalance
 from aigc.train.checkpoint import check_resumable, load_latest, save_checkpoint
 from aigc.train.data import Batches, load_window
 from aigc.train.timing import BusyClock
-from aigc.workloads import workload_of
+
+if TYPE_CHECKING:  # annotations only: the workload interface imports the stages' modules
+    from aigc.workload import Workload
 
 log = logging.getLogger(__name__)
+GC_EVERY = 50  # steps between the young generations' collections, on every rank (see train_rank)
 
 
 def optimizer_step(scaler: torch.amp.GradScaler, opt: torch.optim.Optimizer, params, clip: float) -> tuple[float, int]:
@@ -54,23 +58,23 @@ def lr_lambda(step: int, warmup: int, total: int, min_ratio: float) -> float:
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def resume_key(cfg: PipelineConfig, date: dt.date) -> dict:
+def resume_key(cfg: PipelineConfig, date: dt.date, workload: Workload) -> dict:
     """What must match to resume: what a step means. nproc/nodes may change (batches are global)."""
     t = cfg.train
     return {"date": date.isoformat(), "dataset": cfg.prepare.dataset, "workload": cfg.workload.name,
-            "model": cfg.model.__dict__, **workload_of(cfg).settings(cfg),
+            "model": cfg.model.__dict__, **workload.settings(cfg),
             **{k: getattr(t, k) for k in ("window_days", "steps", "batch_size", "grad_accum", "lr", "min_lr_ratio",
                                            "warmup_steps", "weight_decay", "seed", "val_fraction", "val_max", "split")}}
 
 
-def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str, ctx: D.Dist) -> dict | None:
-    """Train (or resume) run ``run_id``; rank 0 returns the summary, the others None."""
+def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str, ctx: D.Dist,
+               workload: Workload) -> dict | None:
+    """Train (or resume) run ``run_id`` of ``workload``; rank 0 returns the summary, the others None."""
     date, t, m = parse_date(date), cfg.train, cfg.model
     started = time.perf_counter()
     prefix = training_run_prefix(m.name, date, run_id)
     precision = D.resolve_precision(t.precision, ctx.device)
 
-    workload = workload_of(cfg)
     workload.require("train")
     index = load_window(lake, cfg.prepare.dataset, date, t.window_days, workload.index_columns,
                         lambda columns: workload.sample_costs(columns, cfg))
@@ -97,7 +101,7 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
     scaler = torch.amp.GradScaler(ctx.device.type, enabled=precision == "fp16")
 
     start_step, rows, resumed_from = 0, [], None
-    key = resume_key(cfg, date)
+    key = resume_key(cfg, date, workload)
     found = load_latest(lake, prefix)
     if found:
         pointer, state = found
@@ -154,6 +158,12 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
     last_val = f"val {last:.5f}"
     epoch_plan, epoch, batches = None, -1, None
     step = start_step
+    # Python's collector would run whenever allocations pass its threshold: a full collection (100 ms and more in
+    # a process holding torch, pyarrow and the workload) landing inside one rank's timed span reads as that rank
+    # being slow, and on a step of a millisecond it is all gate 2 sees. So it runs on every rank at the same steps,
+    # outside the spans (torchtitan's GarbageCollection does the same).
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         while step < t.steps:
             e, k = divmod(step, steps_per_epoch)
@@ -222,6 +232,8 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
                          step, t.steps, loss, shown, lr, grad_norm, row["samples_per_s"])
             if math.isfinite(row["val_loss"]):
                 last_val_step = step
+            if step % GC_EVERY == 0:
+                gc.collect(1)
             if not math.isfinite(loss):
                 raise FloatingPointError(f"training loss became {loss} at step {step}; last checkpoint kept")
             if step % t.checkpoint_every == 0 or step == t.steps:
@@ -229,6 +241,8 @@ def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str
                 if ctx.is_main:
                     faults.point("train.checkpoint", step)
     finally:
+        if collecting:
+            gc.enable()
         if batches:
             batches.close()
         if ctx.device.type == "cuda":

@@ -1,6 +1,7 @@
-"""Workloads: what the pipeline's core runs, chosen by name (see ``base.Workload``)."""
+"""Workloads: what the pipeline's core runs, chosen by name (the interface: ``aigc.workload``; the built-in ones
+here: ``image``, ``text``, and the synthetic ``world`` both demos draw from)."""
 
-from aigc.workloads.base import Loss, RecordRules, TrainingTask, Workload
+from aigc.workload import Loss, RecordRules, TrainingTask, Workload
 from aigc.workloads.registry import BUILT_IN, ENTRY_POINT_GROUP, UnknownWorkload, available, load_workload, workload_of
 
 __all__ = ["BUILT_IN", "ENTRY_POINT_GROUP", "Loss", "RecordRules", "TrainingTask", "UnknownWorkload", "Workload",

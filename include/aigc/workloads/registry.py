@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 from aigc.config.workload import BUILT_IN
-from aigc.workloads.base import Workload
+from aigc.workload import Workload
 
 if TYPE_CHECKING:
     from aigc.config import PipelineConfig

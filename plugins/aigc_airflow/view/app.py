@@ -49,10 +49,10 @@ def default_lake() -> Lake:
 def _names(dataset: str | None, model: str | None) -> tuple[str, str]:
     """The dataset and model the view shows: those given, else the deployment's default workload's
     (``AIGC_DEFAULT_WORKLOAD``: the text workload's logs and logs-gpt, the image workload's shapes and shapes-cvae)."""
-    from aigc.config import preset
+    from aigc.stages import configure
     from aigc_airflow.params import DEFAULT_WORKLOAD
 
-    cfg = preset("default", DEFAULT_WORKLOAD)
+    cfg = configure("default", DEFAULT_WORKLOAD)
     return dataset or cfg.prepare.dataset, model or cfg.model.name
 
 

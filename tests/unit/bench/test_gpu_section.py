@@ -1,8 +1,8 @@
 """``make bench-gpu``: the GPU section's profile, where its results go, its table, and the two changes it made to
 the scripts (B2's training loop on a chosen device, B8's probes grouped a round a process on CUDA).
 
-No test here needs a GPU: what only a GPU shows was measured on one (docs/benchmarks.md, "The GPU section"); these check the
-plumbing around it on the CPU, the B2 loop included (a real run, model on the CPU)."""
+No test here needs a GPU: what only a GPU shows was measured on one (docs/benchmarks.md, "The GPU section"); these
+check the plumbing around it on the CPU, the B2 loop included (a real run, model on the CPU)."""
 
 from __future__ import annotations
 

@@ -6,11 +6,12 @@ import random
 import numpy as np
 
 from aigc.config import preset
-from aigc.evaluate.grid import measure_grid
-from aigc.evaluate.metrics import assess, recommend
-from aigc.evaluate.reference import evaluation_prompts
+from aigc.evaluate.metrics import recommend
 from aigc.registry import Registry
-from aigc.shapes import random_scene, render
+from aigc.workloads.image.grid import measure_grid
+from aigc.workloads.image.metrics import assess
+from aigc.workloads.image.reference import evaluation_prompts
+from aigc.workloads.world import random_scene, render
 from tests.training_fixtures import copy_of
 
 

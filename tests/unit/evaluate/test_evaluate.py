@@ -11,13 +11,16 @@ import pytest
 from PIL import Image
 
 from aigc.config import BatchingConfig, EvaluateConfig, EvaluationGateThresholds, GenerateConfig
-from aigc.evaluate.reference import evaluation_prompts
-from aigc.evaluate.run import evaluate, evaluation_prefix
+from aigc.evaluate.runs import evaluation_prefix
 from aigc.evaluate.stats import paired_difference
 from aigc.generate import run as gen_run
 from aigc.quality.evaluation import promote_and_publish, validate_evaluation
 from aigc.quality.gate import GateFailed
 from aigc.registry import Registry
+from aigc.workloads import workload_of
+from aigc.workloads.image import IMAGE
+from aigc.workloads.image.evaluation import evaluate
+from aigc.workloads.image.reference import evaluation_prompts
 from tests.training_fixtures import DATE, rewrite_recorded, tiny_config
 
 
@@ -31,10 +34,10 @@ def config():
 
 
 def generate(lake, cfg):
-    plan = gen_run.plan_generation(lake, DATE, cfg, demo_prompts=True)
+    plan = gen_run.plan_generation(lake, DATE, cfg, IMAGE, demo_prompts=True)
     for s in plan["shards"]:
-        gen_run.generate_shard(lake, plan, s, cfg)
-    return gen_run.finish_generation(lake, plan, cfg)
+        gen_run.generate_shard(lake, plan, s, cfg, IMAGE)
+    return gen_run.finish_generation(lake, plan, cfg, IMAGE)
 
 
 LENIENT = EvaluationGateThresholds(min_alignment=0.0, min_checker_accuracy=0.9, max_fid=1e6)
@@ -59,7 +62,7 @@ def test_a_run_is_measured_gated_promoted_and_published_with_its_report(deployed
     # The policy does not change an image: at most one grey level, where a float sum lands on the other side of
     # a rounding step (on some CPUs, an AMD EPYC here, oneDNN picks batch-dependent convolution kernels).
     assert all(p["max_pixel_diff"] <= 1 for p in pareto["points"])
-    assert validate_evaluation(deployed_lake, evaluated, LENIENT)["success"]
+    assert validate_evaluation(deployed_lake, evaluated, LENIENT, IMAGE)["success"]
     published = promote_and_publish(deployed_lake, evaluated, cfg)
     assert published["production"] == "v0001"
     assert Registry(deployed_lake, "shapes-cvae").get("production")["recommended"] == evaluated["recommended"]
@@ -90,11 +93,11 @@ def test_a_generator_of_noise_fails_gate_5_and_production_stays(deployed_lake):
             if r["status"] == "generated":
                 r["image"] = _noise_png(i)  # what a broken generator produces
         buf = io.BytesIO()
-        pq.write_table(pa.Table.from_pylist(rows, schema=gen_run.SCHEMA), buf)
+        pq.write_table(pa.Table.from_pylist(rows, schema=gen_run.generation_schema(IMAGE)), buf)
         rewrite_recorded(deployed_lake, f"{prefix}/_MANIFEST.json", shard["key"], buf.getvalue())
     evaluated = evaluate(deployed_lake, finished, cfg, run_id="20261120T000000000000Z-noise1")
     with pytest.raises(GateFailed) as failed:
-        validate_evaluation(deployed_lake, evaluated, cfg.evaluate_gate)
+        validate_evaluation(deployed_lake, evaluated, cfg.evaluate_gate, IMAGE)
     message = str(failed.value)
     # In plain words: what was measured, the figure with its interval, the threshold, what it means, what to change.
     assert ("the all-attributes alignment of the day's generated images is 0.000 (95% interval 0.000–0.074, "
@@ -136,24 +139,25 @@ def test_regression_is_measured_like_for_like_and_decides_promotion(deployed_lak
     import torch
 
     from aigc.config import DeployConfig, DeployGateThresholds
-    from aigc.evaluate.metrics import assess
     from aigc.quality.deploy import smoke_test
     from aigc.quality.training import publish_trained
-    from aigc.registry.deploy import build_variants, register_trained
-    from aigc.registry.loader import Generator
+    from aigc.registry.deploy import register_trained
     from aigc.train import distributed as D
     from aigc.train.loop import train_rank
+    from aigc.workloads.image.metrics import assess
+    from aigc.workloads.image.serving import Generator
+    from aigc.workloads.image.variants import build_variants
 
     registry = Registry(deployed_lake, "shapes-cvae")
     registry.move("production", "v0001", reason="trained for 30 steps")
     solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
-    weak = train_rank(deployed_lake, DATE, tiny_config(steps=2, eval_every=2, checkpoint_every=2),
-                      "20261120T000000000000Z-weak01", solo)
+    weak_cfg = tiny_config(steps=2, eval_every=2, checkpoint_every=2)
+    weak = train_rank(deployed_lake, DATE, weak_cfg, "20261120T000000000000Z-weak01", solo, workload_of(weak_cfg))
     publish_trained(deployed_lake, "shapes-cvae", DATE, weak["run_id"])
     assert register_trained(deployed_lake, "shapes-cvae", DATE)["version"] == "v0002"
     build_variants(deployed_lake, "shapes-cvae", "v0002", DeployConfig(variants="fp32", smoke_prompts=4,
                                                                        latency_batch=4, latency_repeats=1))
-    smoke_test(deployed_lake, "shapes-cvae", "v0002", DeployGateThresholds(max_latency_ms=1e6), DATE)
+    smoke_test(deployed_lake, "shapes-cvae", "v0002", DeployGateThresholds(max_latency_ms=1e6), DATE, IMAGE)
     cfg = config()
     evaluated = evaluate(deployed_lake, generate(deployed_lake, cfg), cfg, run_id="20261120T000000000000Z-regr01")
     prefix = evaluation_prefix("shapes-cvae", DATE, evaluated["run_id"])
@@ -175,7 +179,7 @@ def test_regression_is_measured_like_for_like_and_decides_promotion(deployed_lak
     metrics["intervals"]["regression_vs_production"] = {"value": 0.3, "lo": 0.22, "hi": 0.38, "n": 16,
                                                         "confidence": 0.95}
     deployed_lake.put_json(f"{prefix}/metrics.json", metrics)
-    assert validate_evaluation(deployed_lake, evaluated, LENIENT)["success"]
+    assert validate_evaluation(deployed_lake, evaluated, LENIENT, IMAGE)["success"]
     published = promote_and_publish(deployed_lake, evaluated, cfg)
     assert published["promoted"] is False and registry.aliases()["aliases"]["production"] == "v0001"
     assert ("production v0001 stays: on the same 16 prompts and seeds it beats v0002 by 0.300 (95% interval "
@@ -191,7 +195,7 @@ def test_regression_is_measured_like_for_like_and_decides_promotion(deployed_lak
     metrics["intervals"]["regression_vs_production"] = {"value": 0.06, "lo": -0.08, "hi": 0.2, "n": 16,
                                                         "confidence": 0.95}
     deployed_lake.put_json(f"{prefix}/metrics.json", metrics)
-    assert validate_evaluation(deployed_lake, evaluated, LENIENT)["success"]
+    assert validate_evaluation(deployed_lake, evaluated, LENIENT, IMAGE)["success"]
     assert promote_and_publish(deployed_lake, evaluated, cfg)["promoted"] is True
     assert registry.aliases()["aliases"]["production"] == "v0002"
 
@@ -202,7 +206,7 @@ def failed_evaluation(lake) -> dict:
     cfg = config()
     evaluated = evaluate(lake, generate(lake, cfg), cfg, run_id="20261120T000000000000Z-fail01")
     with pytest.raises(GateFailed):
-        validate_evaluation(lake, evaluated, dataclasses.replace(LENIENT, min_alignment=0.99))
+        validate_evaluation(lake, evaluated, dataclasses.replace(LENIENT, min_alignment=0.99), IMAGE)
     return evaluated
 
 

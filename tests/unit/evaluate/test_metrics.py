@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from aigc.evaluate.checker import read, score
-from aigc.evaluate.metrics import assess, frechet_distance, pareto_front, recommend
-from aigc.shapes import COLOURS, POSITIONS, SHAPES, SIZES, Scene, parse_caption, render
+from aigc.evaluate.metrics import pareto_front, recommend
+from aigc.workloads.image.checker import read, score
+from aigc.workloads.image.metrics import assess, frechet_distance
+from aigc.workloads.world import COLOURS, POSITIONS, SHAPES, SIZES, Scene, parse_caption, render
 from tests.training_fixtures import DATE
 
 
@@ -33,7 +34,7 @@ def test_the_checker_reads_clean_renders_of_every_combination():
 def test_the_checker_is_accurate_on_real_images_with_jitter_scale_and_backgrounds():
     import random
 
-    from aigc.shapes import png_bytes, random_scene
+    from aigc.workloads.world import png_bytes, random_scene
 
     rng = random.Random(7)
     scenes = [random_scene(rng) for _ in range(1000)]
@@ -44,7 +45,7 @@ def test_the_checker_is_accurate_on_real_images_with_jitter_scale_and_background
 
 
 def test_the_checker_on_the_held_out_curated_images(curated_lake):
-    from aigc.evaluate.run import real_images
+    from aigc.workloads.image.evaluation import real_images
 
     images, captions = real_images(curated_lake, "shapes", DATE, 512)
     result = assess(images, captions)

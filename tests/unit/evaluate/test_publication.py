@@ -15,10 +15,12 @@ from aigc.generate import run as gen_run
 from aigc.lake import refs
 from aigc.lake.keys import join, partition
 from aigc.lake.publish import resolve
-from aigc.prepare import prepare, publish_prepared
+from aigc.prepare import publish_prepared
 from aigc.quality.evaluation import promote_and_publish, validate_evaluation
 from aigc.registry import Registry
 from aigc.registry.lineage import lineage
+from aigc.workloads import workload_of
+from aigc.workloads.image import IMAGE, prepare_image
 from tests.training_fixtures import DATE
 from tests.unit.evaluate.test_evaluate import LENIENT, config, generate
 
@@ -31,19 +33,19 @@ def content_for_a_prompt_file(lake, cfg, run_id: str) -> dict:
     if not lake.exists(key):
         rows = [{"prompt_id": f"req-{i}", "prompt": "a small red circle on the left", "seed": i} for i in range(6)]
         lake.put_bytes(key, "".join(json.dumps(r) + "\n" for r in rows).encode())
-    plan = gen_run.plan_generation(lake, DATE, cfg, run_id=run_id, model_ref="production", prompts_key=key)
+    plan = gen_run.plan_generation(lake, DATE, cfg, IMAGE, run_id=run_id, model_ref="production", prompts_key=key)
     for s in plan["shards"]:
-        gen_run.generate_shard(lake, plan, s, cfg)
-    finished = gen_run.finish_generation(lake, plan, cfg)
+        gen_run.generate_shard(lake, plan, s, cfg, IMAGE)
+    finished = gen_run.finish_generation(lake, plan, cfg, IMAGE)
     gen_run.publish_generations(lake, MODEL, DATE, finished["run_id"])
     return finished
 
 
 def nightly_evaluation(lake, cfg, run_id: str) -> dict:
-    from aigc.evaluate.run import evaluate
+    from aigc.workloads.image.evaluation import evaluate
 
     evaluated = evaluate(lake, generate(lake, cfg), cfg, run_id=run_id)
-    validate_evaluation(lake, evaluated, LENIENT)
+    validate_evaluation(lake, evaluated, LENIENT, IMAGE)
     return {**evaluated, "published": promote_and_publish(lake, evaluated, cfg)}
 
 
@@ -71,7 +73,7 @@ def test_a_registered_versions_training_data_survives_any_number_of_later_public
     trained_on = record["lineage"]["curated"][0]["run_id"]
     curated_run = f"{partition('curated', 'shapes', DATE)}/run={trained_on}"
     for _ in range(3):  # re-curate the date: each publication collects the run two publications back
-        again = prepare(lake.sub("raw/shapes"), lake, DATE, PrepareConfig(workers=1))
+        again = prepare_image(lake.sub("raw/shapes"), lake, DATE, PrepareConfig(workers=1))
         publish_prepared(lake, "shapes", DATE, again["run_id"])
     assert lake.exists(f"{curated_run}/_manifest.json") and lake.list(curated_run.replace("curated", "quarantine", 1))
     assert refs.holders(lake, curated_run) == [f"models/{MODEL}/v0001"]
@@ -101,18 +103,18 @@ def test_promotion_is_the_last_step_and_a_failure_at_any_step_leaves_production_
     """Production is v0001 (trained on the date); a second version, v0002, passed gate 5 and is to replace it. A
     failure at each write in turn must leave production on v0001; a retry then completes the step."""
     from aigc.config import DeployConfig, DeployGateThresholds
-    from aigc.evaluate.run import evaluate
     from aigc.quality.deploy import smoke_test
-    from aigc.registry.deploy import build_variants
+    from aigc.workloads.image.evaluation import evaluate
+    from aigc.workloads.image.variants import build_variants
 
     lake, cfg = deployed_lake, config()
     registry = Registry(lake, MODEL)
     registry.move("production", "v0001")
     v2 = _second_version(lake)
     build_variants(lake, MODEL, v2, DeployConfig(variants="fp32", smoke_prompts=4, latency_batch=4, latency_repeats=1))
-    smoke_test(lake, MODEL, v2, DeployGateThresholds(max_latency_ms=1e6), DATE)
+    smoke_test(lake, MODEL, v2, DeployGateThresholds(max_latency_ms=1e6), DATE, IMAGE)
     evaluated = evaluate(lake, generate(lake, cfg), cfg, run_id="20261120T050000000000Z-step01")
-    validate_evaluation(lake, evaluated, LENIENT)
+    validate_evaluation(lake, evaluated, LENIENT, IMAGE)
     metrics_key = f"{partition('evaluations', MODEL, DATE)}/run={evaluated['run_id']}/metrics.json"
     metrics = lake.get_json(metrics_key)
     metrics["promotion"] = {"promote": True, "regression": None, "reason": f"{v2} replaces production v0001"}
@@ -148,7 +150,7 @@ def _second_version(lake) -> str:
     from tests.training_fixtures import tiny_config
 
     solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
-    run = train_rank(lake, DATE, tiny_config(steps=2, eval_every=2, checkpoint_every=2), "20261120T000000000000Z-two",
-                     solo)
+    two_steps = tiny_config(steps=2, eval_every=2, checkpoint_every=2)
+    run = train_rank(lake, DATE, two_steps, "20261120T000000000000Z-two", solo, workload_of(two_steps))
     publish_trained(lake, MODEL, DATE, run["run_id"])
     return register_trained(lake, MODEL, DATE)["version"]

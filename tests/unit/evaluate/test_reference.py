@@ -4,9 +4,15 @@ import itertools
 
 import pytest
 
-from aigc.evaluate.reference import COMBINATIONS, checker_reference, evaluation_prompts, fingerprint, reference_scenes
 from aigc.lake import LocalLake
-from aigc.shapes import COLOURS, POSITIONS, SHAPES, SIZES
+from aigc.workloads.image.reference import (
+    COMBINATIONS,
+    checker_reference,
+    evaluation_prompts,
+    fingerprint,
+    reference_scenes,
+)
+from aigc.workloads.world import COLOURS, POSITIONS, SHAPES, SIZES
 
 
 def test_the_reference_set_is_every_combination_several_times_and_the_same_every_call():

@@ -12,7 +12,8 @@ from aigc.generate import run as gen_run
 from aigc.generate.prompts import prompts_key
 from aigc.quality.gate import GateFailed
 from aigc.quality.generation import validate_generation
-from aigc.registry.loader import Generator
+from aigc.workloads.image import IMAGE
+from aigc.workloads.image.serving import Generator
 from tests.training_fixtures import DATE, rewrite_recorded, tiny_config
 
 
@@ -24,9 +25,9 @@ def config(**generate) -> PipelineConfig:
 
 
 def run_all(lake, cfg, run_id=None):
-    plan = gen_run.plan_generation(lake, DATE, cfg, run_id=run_id, demo_prompts=True)
-    entries = [gen_run.generate_shard(lake, plan, s, cfg) for s in plan["shards"]]
-    return plan, entries, gen_run.finish_generation(lake, plan, cfg)
+    plan = gen_run.plan_generation(lake, DATE, cfg, IMAGE, run_id=run_id, demo_prompts=True)
+    entries = [gen_run.generate_shard(lake, plan, s, cfg, IMAGE) for s in plan["shards"]]
+    return plan, entries, gen_run.finish_generation(lake, plan, cfg, IMAGE)
 
 
 def rows_of(lake, plan):
@@ -46,7 +47,7 @@ def test_injected_oom_still_answers_every_prompt_exactly_once_then_the_gate_pass
     # On CPU too the memory model is calibrated from measured peaks, and says how far off its prior was.
     assert all(e["batching"]["measured_peaks"] >= 1 and e["batching"]["memory_prediction_error"] is not None
                for e in entries), entries
-    assert validate_generation(deployed_lake, summary, cfg, cfg.generate_gate)["success"]
+    assert validate_generation(deployed_lake, summary, cfg, cfg.generate_gate, IMAGE)["success"]
 
 
 def test_a_rerun_reuses_the_cache_and_says_so(deployed_lake):
@@ -58,7 +59,7 @@ def test_a_rerun_reuses_the_cache_and_says_so(deployed_lake):
 
 def test_a_shard_killed_midway_is_finished_by_its_retry_with_one_ledger_entry(deployed_lake, monkeypatch):
     cfg = config(shards=1)
-    plan = gen_run.plan_generation(deployed_lake, DATE, cfg, demo_prompts=True)
+    plan = gen_run.plan_generation(deployed_lake, DATE, cfg, IMAGE, demo_prompts=True)
     real = Generator.generate
     calls = {"n": 0}
 
@@ -70,19 +71,19 @@ def test_a_shard_killed_midway_is_finished_by_its_retry_with_one_ledger_entry(de
 
     monkeypatch.setattr(Generator, "generate", dies_on_the_third_batch)
     with pytest.raises(SystemExit):
-        gen_run.generate_shard(deployed_lake, plan, plan["shards"][0], cfg)
+        gen_run.generate_shard(deployed_lake, plan, plan["shards"][0], cfg, IMAGE)
     prefix = gen_run.generation_prefix(plan["model"], plan["date"], plan["run_id"])
     assert not deployed_lake.exists(f"{prefix}/_SHARD-00000.json")
     monkeypatch.setattr(Generator, "generate", real)
-    retry = gen_run.generate_shard(deployed_lake, plan, plan["shards"][0], cfg)
+    retry = gen_run.generate_shard(deployed_lake, plan, plan["shards"][0], cfg, IMAGE)
     assert retry["rows"] == 44 and retry["cached"] > 0  # the killed attempt's batches were kept
-    again = gen_run.generate_shard(deployed_lake, plan, plan["shards"][0], cfg)
+    again = gen_run.generate_shard(deployed_lake, plan, plan["shards"][0], cfg, IMAGE)
     assert again["already_done"] and again["prompt_ids_sha256"] == retry["prompt_ids_sha256"]
 
 
 def test_a_variant_that_did_not_pass_gate_3_is_refused(deployed_lake):
     with pytest.raises(gen_run.VariantNotEligible, match=r"variant 'bf16' has not passed gate 3; eligible .*fp32"):
-        gen_run.plan_generation(deployed_lake, DATE, config(variant="bf16"), demo_prompts=True)
+        gen_run.plan_generation(deployed_lake, DATE, config(variant="bf16"), IMAGE, demo_prompts=True)
 
 
 def test_a_plan_for_a_named_version_ignores_the_alias_another_run_moved(deployed_lake):
@@ -95,8 +96,8 @@ def test_a_plan_for_a_named_version_ignores_the_alias_another_run_moved(deployed
     registry.complete(version, {"variants": {}})
     registry.move("candidate", version, reason="the other date's run")
     with pytest.raises(gen_run.VariantNotEligible, match=rf"{version} \(candidate\)"):
-        gen_run.plan_generation(deployed_lake, DATE, config(), demo_prompts=True)
-    plan = gen_run.plan_generation(deployed_lake, DATE, config(), demo_prompts=True, model_ref="v0001")
+        gen_run.plan_generation(deployed_lake, DATE, config(), IMAGE, demo_prompts=True)
+    plan = gen_run.plan_generation(deployed_lake, DATE, config(), IMAGE, demo_prompts=True, model_ref="v0001")
     assert plan["version"] == "v0001"
 
 
@@ -123,10 +124,10 @@ def test_gate_4_fails_when_a_blocked_prompt_was_generated(deployed_lake):
             r.update(status="generated", image=image, reason=None)
             break
     buf = io.BytesIO()
-    pq.write_table(__import__("pyarrow").Table.from_pylist(table, schema=gen_run.SCHEMA), buf)
+    pq.write_table(__import__("pyarrow").Table.from_pylist(table, schema=gen_run.generation_schema(IMAGE)), buf)
     rewrite_recorded(deployed_lake, f"{prefix}/_MANIFEST.json", key, buf.getvalue())
     with pytest.raises(GateFailed, match="should_refuse"):
-        validate_generation(deployed_lake, summary, cfg, cfg.generate_gate)
+        validate_generation(deployed_lake, summary, cfg, cfg.generate_gate, IMAGE)
 
 
 def test_a_rerun_of_the_date_with_another_prompt_count_draws_its_own_demo_set(deployed_lake):
@@ -152,7 +153,7 @@ def test_the_plan_sends_a_variant_that_serves_on_the_cpu_to_the_cpu_queue(deploy
     from aigc.lake import LocalLake
     from aigc.registry import Registry
 
-    plan = gen_run.plan_generation(deployed_lake, DATE, config(variant="fp32"), demo_prompts=True)
+    plan = gen_run.plan_generation(deployed_lake, DATE, config(variant="fp32"), IMAGE, demo_prompts=True)
     assert plan["serves_on"] == "gpu"
     record = Registry(LocalLake(demo_model_template), "shapes-cvae").get("v0001")  # every variant built
     assert {k: v["device"] for k, v in record["variants"].items() if k in ("fp32", "int8")} == \

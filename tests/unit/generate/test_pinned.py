@@ -12,6 +12,7 @@ from aigc.generate import run as gen_run
 from aigc.generate.prompts import claim_prompt_file, prompts_key
 from aigc.lake import LocalLake
 from aigc.quality.generation import validate_generation
+from aigc.workloads.image import IMAGE
 from tests.training_fixtures import DATE
 from tests.unit.generate.test_generate import config, rows_of
 
@@ -63,12 +64,12 @@ def test_each_bad_line_is_one_refused_prompt_and_every_other_prompt_is_answered(
     cfg = config(shards=3)
     good = [{"prompt_id": f"p-{i:03d}", "prompt": "a small red circle on the left", "seed": i} for i in range(9)]
     deployed_lake.put_bytes(KEY, lines(*good[:4], *[data for data, _ in POISON], *good[4:]))
-    plan = gen_run.plan_generation(deployed_lake, DATE, cfg, model_ref="v0001", prompts_key=KEY)
+    plan = gen_run.plan_generation(deployed_lake, DATE, cfg, IMAGE, model_ref="v0001", prompts_key=KEY)
     assert (plan["prompts"], plan["refused_lines"]) == (len(good) + len(POISON), len(POISON))
     for s in plan["shards"]:
-        gen_run.generate_shard(deployed_lake, plan, s, cfg)
-    summary = gen_run.finish_generation(deployed_lake, plan, cfg)
-    assert validate_generation(deployed_lake, summary, cfg, cfg.generate_gate)["success"]
+        gen_run.generate_shard(deployed_lake, plan, s, cfg, IMAGE)
+    summary = gen_run.finish_generation(deployed_lake, plan, cfg, IMAGE)
+    assert validate_generation(deployed_lake, summary, cfg, cfg.generate_gate, IMAGE)["success"]
     rows = {r["prompt_id"]: r for r in rows_of(deployed_lake, plan)}
     assert {p["prompt_id"] for p in good} <= rows.keys() and len(rows) == len(good) + len(POISON)
     assert all(rows[p["prompt_id"]]["status"] == "generated" for p in good)
@@ -81,15 +82,15 @@ def test_the_run_answers_the_version_it_pinned_when_the_file_is_dropped_again_mi
     cfg = config(shards=2)
     first = [{"prompt_id": f"a{i}", "prompt": "a small red circle on the left", "seed": i} for i in range(6)]
     deployed_lake.put_bytes(KEY, lines(*first))
-    plan = gen_run.plan_generation(deployed_lake, DATE, cfg, model_ref="v0001", prompts_key=KEY)
-    gen_run.generate_shard(deployed_lake, plan, plan["shards"][0], cfg)
+    plan = gen_run.plan_generation(deployed_lake, DATE, cfg, IMAGE, model_ref="v0001", prompts_key=KEY)
+    gen_run.generate_shard(deployed_lake, plan, plan["shards"][0], cfg, IMAGE)
     deployed_lake.put_bytes(KEY, lines(*[{**p, "prompt_id": "b" + p["prompt_id"][1:]} for p in first]))
-    gen_run.generate_shard(deployed_lake, plan, plan["shards"][1], cfg)
-    summary = gen_run.finish_generation(deployed_lake, plan, cfg)
+    gen_run.generate_shard(deployed_lake, plan, plan["shards"][1], cfg, IMAGE)
+    summary = gen_run.finish_generation(deployed_lake, plan, cfg, IMAGE)
     assert sorted(r["prompt_id"] for r in rows_of(deployed_lake, plan)) == [p["prompt_id"] for p in first]
     assert deployed_lake.get_json(f"{gen_run.generation_prefix('shapes-cvae', DATE, plan['run_id'])}/_MANIFEST.json")[
         "prompts_sha256"] == plan["prompts_sha256"]
-    assert validate_generation(deployed_lake, summary, cfg, cfg.generate_gate)["success"]
+    assert validate_generation(deployed_lake, summary, cfg, cfg.generate_gate, IMAGE)["success"]
 
 
 def test_each_shard_reads_only_its_slice_and_refuses_one_that_changed(tmp_path, monkeypatch):

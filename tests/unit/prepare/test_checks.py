@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from aigc import safety
 from aigc.config import PrepareConfig
-from aigc.prepare import checks
-from aigc.prepare.checks import Rejected, decode_image, examine, normalise_caption, parse_line
 from aigc.prepare.minhash import jaccard
-from aigc.prepare.rawdrop import _png_bomb
-from aigc.shapes import Scene, png_bytes, render
+from aigc.workloads.image import checks
+from aigc.workloads.image.checks import Rejected, decode_image, examine, normalise_caption, parse_line
+from aigc.workloads.image.rawdrop import _png_bomb
+from aigc.workloads.world import Scene, png_bytes, render
 
 CFG = PrepareConfig()
 SCENE = Scene("red", "circle", "large", "center")
@@ -119,7 +120,7 @@ def test_a_custom_blocklist_replaces_the_shipped_one_and_ignores_comments(tmp_pa
     rejected(normalise_caption("a red WIDGET", cfg), "blocked_term")
     assert "'gizmo'" in rejected(normalise_caption("one gizmo", cfg), "blocked_term")
     assert normalise_caption("NSFW content", cfg) == "NSFW content"  # the shipped list is not in force
-    assert checks._blocklist_pattern(str(path)).pattern == r"\b(widget|gizmo)\b"
+    assert safety._blocklist_pattern(str(path)).pattern == r"\b(widget|gizmo)\b"
 
 
 # --- decode_image -------------------------------------------------------------------------------

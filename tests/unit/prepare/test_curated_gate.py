@@ -9,10 +9,11 @@ import pytest
 from aigc.config import CuratedGateThresholds, PrepareConfig, RawDropConfig
 from aigc.lake import open_lake
 from aigc.lake.keys import join
-from aigc.prepare import make_raw_drop, prepare
 from aigc.prepare.run import MANIFEST
 from aigc.quality.curated import validate_curated
 from aigc.quality.gate import GateFailed
+from aigc.workloads.image import IMAGE, prepare_image
+from aigc.workloads.image.rawdrop import make_raw_drop
 from tests.training_fixtures import rewrite_recorded
 
 DATE = "2026-11-28"
@@ -22,12 +23,12 @@ CFG = PrepareConfig(workers=1, shard_target_bytes=64 * 1024, row_group_rows=32) 
 def test_a_duplicate_split_across_shards_fails_the_gate_and_each_shard_is_its_own_table(tmp_path):
     lake = open_lake(str(tmp_path))
     make_raw_drop(lake.sub("raw/shapes"), DATE, RawDropConfig(n=400, seed=4, dirt_rate=0.0))
-    run = prepare(lake.sub("raw/shapes"), lake, DATE, CFG)["run_id"]
+    run = prepare_image(lake.sub("raw/shapes"), lake, DATE, CFG)["run_id"]
     prefix = f"curated/shapes/dt={DATE}/run={run}"
     shards = [s["key"] for s in lake.get_json(join(prefix, MANIFEST))["shards"]]
     assert len(shards) >= 3
     thresholds = CuratedGateThresholds(min_rows=100)
-    passed = validate_curated(lake, "shapes", DATE, run, thresholds, CFG)
+    passed = validate_curated(lake, "shapes", DATE, run, thresholds, CFG, IMAGE.records(None))
     assert [t for t in passed["tables"] if t.startswith("rows.")] == [f"rows.part-{i:05d}" for i in range(len(shards))]
 
     # The last shard's first row takes the first shard's first id: each shard alone is still unique.
@@ -39,6 +40,6 @@ def test_a_duplicate_split_across_shards_fails_the_gate_and_each_shard_is_its_ow
     pq.write_table(last, buf)
     rewrite_recorded(lake, join(prefix, MANIFEST), shards[-1], buf.getvalue())
     with pytest.raises(GateFailed) as failed:
-        validate_curated(lake, "shapes", DATE, run, thresholds, CFG)
+        validate_curated(lake, "shapes", DATE, run, thresholds, CFG, IMAGE.records(None))
     assert len(failed.value.failures) == 1 and "partition: expect_column_values_to_be_between(column=" \
         "'duplicate_ids'" in failed.value.failures[0]

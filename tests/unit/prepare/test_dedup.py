@@ -8,12 +8,14 @@ import numpy as np
 
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake import open_lake
-from aigc.prepare import image_minhash, make_raw_drop, minhash
-from aigc.prepare.checks import Rejected
-from aigc.prepare.dedup import Deduplicator, NearDedup
+from aigc.prepare import minhash
 from aigc.prepare.drop import drop_prefix, iter_lines, record_files
 from aigc.prepare.worker import examine_lines, init_worker
-from aigc.shapes import Scene, random_scene, render
+from aigc.workloads.image import IMAGE, image_minhash
+from aigc.workloads.image.checks import Rejected
+from aigc.workloads.image.dedup import Deduplicator, NearDedup
+from aigc.workloads.image.rawdrop import make_raw_drop
+from aigc.workloads.world import Scene, random_scene, render
 
 DATE = "2026-11-28"
 CFG = PrepareConfig(workers=1)
@@ -23,7 +25,7 @@ def curated_rows(tmp_path, n: int = 1500) -> list[dict]:
     """The rows a drop's decoding processes send to dedup, in drop order."""
     raw = open_lake(str(tmp_path)).sub("raw/shapes")
     make_raw_drop(raw, DATE, RawDropConfig(n=n, seed=3, dirt_rate=0.3))
-    init_worker(raw.sub(drop_prefix(DATE)), CFG)
+    init_worker(raw.sub(drop_prefix(DATE)), CFG, IMAGE.records(None))
     lines = list(iter_lines(raw, record_files(raw, DATE)))
     rows = []
     for i in range(0, len(lines), 256):

@@ -5,11 +5,12 @@ import dataclasses
 import pytest
 
 from aigc.lake.keys import join
-from aigc.prepare import prepare, publish_prepared
+from aigc.prepare import publish_prepared
 from aigc.prepare.delivery import SNAPSHOT, DropChanged
 from aigc.prepare.drop import drop_prefix
 from aigc.prepare.fanout import merge_parts, plan_prepare, prepare_part
 from aigc.prepare.run import MANIFEST
+from aigc.workloads.image import prepare_image
 from tests.unit.prepare.test_fanout import CFG, DATE, RULES, drop  # noqa: F401 - drop: the fixture
 
 
@@ -19,7 +20,7 @@ def _everything(lake, prefix: str) -> dict[str, bytes]:
 
 def test_a_run_reads_the_drop_byte_for_byte_and_records_what_it_read(lake, drop):  # noqa: F811 - the fixture
     before = _everything(drop, "")
-    summary = prepare(drop, lake, DATE, CFG)
+    summary = prepare_image(drop, lake, DATE, CFG)
     publish_prepared(lake, "shapes", DATE, summary["run_id"])
     assert _everything(drop, "") == before  # nothing written, nothing deleted under the producer's root
     run = summary["staging_uri"][len(lake.uri) + 1:]
@@ -36,19 +37,19 @@ def test_a_run_reads_the_drop_byte_for_byte_and_records_what_it_read(lake, drop)
 
 
 def test_a_drop_delivered_again_with_other_bytes_is_reported_by_the_next_run_of_its_date(lake, drop):  # noqa: F811 - the fixture
-    first = prepare(drop, lake, DATE, CFG)
+    first = prepare_image(drop, lake, DATE, CFG)
     publish_prepared(lake, "shapes", DATE, first["run_id"])
     image = next(k for k in drop.list(join(drop_prefix(DATE), "images")))
     drop.put_bytes(image, drop.get_bytes(image) + b"\0")  # the producer re-sends one image, changed
     drop.put_bytes(join(drop_prefix(DATE), "images", "extra.png"), b"new")
-    second = prepare(drop, lake, DATE, CFG)
+    second = prepare_image(drop, lake, DATE, CFG)
     report = second["redelivered"]
     assert (report["replaced"], report["added"], report["removed"]) == (1, 1, 0)
     assert report["previous_run_id"] == first["run_id"]
     assert report["examples"]["replaced"] == [image[len(drop_prefix(DATE)) + 1:]]
     run = second["staging_uri"][len(lake.uri) + 1:]
     assert lake.get_json(join(run, MANIFEST))["redelivered"] == report
-    unchanged = prepare(drop, lake, DATE, CFG)  # the date still publishes the first run: the report stands
+    unchanged = prepare_image(drop, lake, DATE, CFG)  # the date still publishes the first run: the report stands
     assert unchanged["redelivered"]["replaced"] == 1
 
 
@@ -70,5 +71,5 @@ def test_a_drop_replaced_after_the_last_part_fails_the_merge(lake, drop):  # noq
         prepare_part(drop, lake, plan, part, cfg, RULES)
     drop.delete(join(drop_prefix(DATE), "records-00002.jsonl"))
     with pytest.raises(DropChanged, match="1 removed"):
-        merge_parts(drop, lake, plan, cfg, RULES)
+        merge_parts(drop, lake, plan, cfg, RULES, "image")
     assert not lake.exists(f"curated/shapes/dt={DATE}/_PUBLISHED.json")

@@ -6,11 +6,12 @@ import pytest
 
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake.keys import join, partition
-from aigc.prepare import make_raw_drop, prepare, publish_prepared
+from aigc.prepare import prepare, publish_prepared
 from aigc.prepare.drop import iter_lines, iter_segments, record_files, split_drop
 from aigc.prepare.fanout import PART_DONE, PartMissing, merge_parts, parts_prefix, plan_prepare, prepare_part
 from aigc.prepare.run import MANIFEST
 from aigc.workloads import load_workload
+from aigc.workloads.image.rawdrop import make_raw_drop
 
 DATE = "2026-11-28"
 # Small files, so cuts fall inside files and parts span several; dirt of every kind, copies across the cuts.
@@ -31,7 +32,7 @@ def fanned_out(raw, lake, parts: int, run_id: str) -> dict:
     plan = plan_prepare(raw, lake, DATE, cfg, run_id)
     for part in reversed(plan["parts"]):  # mapped tasks finish in any order
         prepare_part(raw, lake, plan, part, cfg, RULES)
-    return merge_parts(raw, lake, plan, cfg, RULES)
+    return merge_parts(raw, lake, plan, cfg, RULES, "image")
 
 
 def written(lake, summary: dict) -> dict:
@@ -44,7 +45,8 @@ def written(lake, summary: dict) -> dict:
 
 
 def test_any_number_of_parts_writes_the_bytes_of_a_one_host_run(lake, drop):
-    one_host = written(lake, prepare(drop, lake, DATE, CFG, run_id="20261128T000000-one", rules=RULES))
+    one_host = written(lake, prepare(drop, lake, DATE, CFG, run_id="20261128T000000-one", rules=RULES,
+                                     workload="image"))
     assert one_host["reasons"]["near_duplicate"] > 0 and one_host["reasons"]["exact_duplicate"] > 0
     assert len(record_files(drop, DATE)) == 6
     for parts in (1, 3, 8):
@@ -98,10 +100,10 @@ def test_a_finished_part_is_not_redone_and_a_half_written_one_starts_again(lake,
     part_1 = join(parts_prefix(cfg.dataset, DATE, plan["run_id"]), "part-00001")
     lake.put_bytes(join(part_1, "candidates", "part-00007.parquet"), b"left by a killed try")
     with pytest.raises(PartMissing, match=r"part 1 of run 20261128T000000-retry has not finished.*prepare_part"):
-        merge_parts(drop, lake, plan, cfg, RULES)
+        merge_parts(drop, lake, plan, cfg, RULES, "image")
     prepare_part(drop, lake, plan, plan["parts"][1], cfg, RULES)
     assert not lake.exists(join(part_1, "candidates", "part-00007.parquet")) and lake.exists(join(part_1, PART_DONE))
-    summary = merge_parts(drop, lake, plan, cfg, RULES)
+    summary = merge_parts(drop, lake, plan, cfg, RULES, "image")
     assert summary["curated"] + summary["quarantined"] == RAW.n
     publish_prepared(lake, cfg.dataset, DATE, plan["run_id"])
     assert lake.list(partition("parts", cfg.dataset, DATE)) == []  # the parts go once the run is published

@@ -13,9 +13,9 @@ from aigc.jsonlines import JsonLimits
 from aigc.lake import LocalLake
 from aigc.lake.keys import join
 from aigc.lines import LongLine
-from aigc.prepare import make_raw_drop
 from aigc.prepare.drop import drop_prefix
 from aigc.prepare.records import Rejected, parse_record
+from aigc.workloads.image.rawdrop import make_raw_drop
 
 DATE = "2026-11-28"
 FIELDS = ("id", "caption")

@@ -8,9 +8,10 @@ import pytest
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake.keys import join, partition
 from aigc.lake.publish import NotPublished, resolve
-from aigc.prepare import DropNotFound, make_raw_drop, prepare, publish_prepared
-from aigc.prepare.rawdrop import REPAIRED_KINDS
+from aigc.prepare import DropNotFound, publish_prepared
 from aigc.prepare.run import MANIFEST
+from aigc.workloads.image import prepare_image
+from aigc.workloads.image.rawdrop import REPAIRED_KINDS, make_raw_drop
 
 DATE = "2026-11-28"
 # What each planted kind of dirt must become in quarantine.
@@ -35,7 +36,7 @@ def dirty(lake):
 
 def test_counts_reconcile_and_every_planted_defect_is_quarantined_with_its_reason(lake, dirty):
     raw, planted = dirty
-    summary = prepare(raw, lake, DATE, CFG)
+    summary = prepare_image(raw, lake, DATE, CFG)
     assert summary["input"] == RAW.n == summary["curated"] + summary["quarantined"]
     expected: dict[str, int] = {}
     for kind, n in planted["dirt"].items():
@@ -54,7 +55,7 @@ def test_counts_reconcile_and_every_planted_defect_is_quarantined_with_its_reaso
 
 def test_quarantine_keeps_every_rejected_record_with_reason_and_raw_bytes(lake, dirty):
     raw, _ = dirty
-    summary = prepare(raw, lake, DATE, CFG)
+    summary = prepare_image(raw, lake, DATE, CFG)
     manifest = lake.get_json(join(summary["staging_uri"][len(lake.uri) + 1 :], MANIFEST))
     q = lake.read_parquet([s["key"] for s in manifest["quarantine"]["shards"]]).to_pylist()
     assert len(q) == summary["quarantined"]
@@ -68,7 +69,7 @@ def test_quarantine_keeps_every_rejected_record_with_reason_and_raw_bytes(lake, 
 
 def test_curated_rows_are_normalised_rgb_squares_with_unique_hashes(lake, dirty):
     raw, planted = dirty
-    summary = prepare(raw, lake, DATE, CFG)
+    summary = prepare_image(raw, lake, DATE, CFG)
     manifest = lake.get_json(join(summary["staging_uri"][len(lake.uri) + 1 :], MANIFEST))
     assert len(manifest["shards"]) > 1, "the small shard target should have rolled shards"
     assert manifest["rows"] == summary["curated"] == sum(s["rows"] for s in manifest["shards"])
@@ -87,8 +88,8 @@ def test_curated_rows_are_normalised_rgb_squares_with_unique_hashes(lake, dirty)
 
 def test_output_is_deterministic_whatever_the_worker_count(lake, dirty):
     raw, _ = dirty
-    a = prepare(raw, lake, DATE, dataclasses.replace(CFG, workers=1))
-    b = prepare(raw, lake, DATE, dataclasses.replace(CFG, workers=2))
+    a = prepare_image(raw, lake, DATE, dataclasses.replace(CFG, workers=1))
+    b = prepare_image(raw, lake, DATE, dataclasses.replace(CFG, workers=2))
     assert a["reasons"] == b["reasons"]
     ids = []
     for s in (a, b):
@@ -99,18 +100,18 @@ def test_output_is_deterministic_whatever_the_worker_count(lake, dirty):
 
 def test_nothing_is_published_until_publish_and_rerun_replaces(lake, dirty):
     raw, _ = dirty
-    first = prepare(raw, lake, DATE, CFG)
+    first = prepare_image(raw, lake, DATE, CFG)
     with pytest.raises(NotPublished):
         resolve(lake, partition("curated", "shapes", DATE))
     publish_prepared(lake, "shapes", DATE, first["run_id"])
-    second = prepare(raw, lake, DATE, CFG)
+    second = prepare_image(raw, lake, DATE, CFG)
     out = publish_prepared(lake, "shapes", DATE, second["run_id"])
     assert out["replaced_run_id"] == first["run_id"]
     assert resolve(lake, partition("curated", "shapes", DATE))["run_id"] == second["run_id"]
     pointer = resolve(lake, partition("curated", "shapes", DATE))
     quarantine = partition("quarantine", "shapes", DATE)
     assert pointer["companions"] == {quarantine: f"{quarantine}/run={second['run_id']}"}  # one pointer for both
-    third = prepare(raw, lake, DATE, CFG)
+    third = prepare_image(raw, lake, DATE, CFG)
     publish_prepared(lake, "shapes", DATE, third["run_id"])
     kept = {k.split("/")[3] for k in lake.list(quarantine)}
     assert kept == {f"run={second['run_id']}", f"run={third['run_id']}"}  # the quarantine is collected alike
@@ -118,7 +119,7 @@ def test_nothing_is_published_until_publish_and_rerun_replaces(lake, dirty):
 
 def test_a_missing_drop_fails_with_where_and_how(lake):
     with pytest.raises(DropNotFound, match=r"no complete raw drop at .*dt=2026-11-28.*aigc make-raw"):
-        prepare(lake.sub("raw/shapes"), lake, DATE, CFG)
+        prepare_image(lake.sub("raw/shapes"), lake, DATE, CFG)
     assert lake.list("curated") == []
 
 
@@ -126,7 +127,7 @@ def test_a_drop_without_its_success_marker_is_not_read(lake, dirty):
     raw, _ = dirty
     raw.delete("dt=2026-11-28/_SUCCESS")
     with pytest.raises(DropNotFound, match="no _SUCCESS marker"):
-        prepare(raw, lake, DATE, CFG)
+        prepare_image(raw, lake, DATE, CFG)
 
 
 def test_an_empty_drop_is_refused_with_what_to_do(lake):
@@ -136,5 +137,5 @@ def test_an_empty_drop_is_refused_with_what_to_do(lake):
     raw.put_bytes(f"dt={DATE}/records-00000.jsonl", b"")  # a producer's complete drop without a record
     raw.put_bytes(f"dt={DATE}/_SUCCESS", b"{}")
     with pytest.raises(EmptyDrop, match=r"is complete but holds no records .* `aigc make-raw --date"):
-        prepare(raw, lake, DATE, CFG)
+        prepare_image(raw, lake, DATE, CFG)
     assert not lake.list(f"curated/shapes/dt={DATE}") or not lake.exists(f"curated/shapes/dt={DATE}/_PUBLISHED.json")

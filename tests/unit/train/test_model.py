@@ -3,8 +3,8 @@
 import torch
 
 from aigc.config import ModelConfig
-from aigc.models import ConditionalVAE, Vocab
-from aigc.models.cvae import latents_for_seeds
+from aigc.workloads.image.cvae import ConditionalVAE, latents_for_seeds
+from aigc.workloads.image.tokenizer import Vocab
 
 
 def test_vocab_is_built_by_frequency_and_maps_unknown_words():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from aigc.config import PipelineConfig, WorkloadConfig, preset
+from aigc.stages import configure
 from aigc.workloads import UnknownWorkload, Workload, available, load_workload, workload_of
 from aigc.workloads.image import IMAGE
 
@@ -40,7 +41,7 @@ def user_module(monkeypatch):
 def test_the_image_workload_is_built_in_and_the_default():
     assert load_workload("image") is IMAGE and workload_of(PipelineConfig()) is IMAGE
     assert "image" in available() and IMAGE.stages == {"prepare", "train", "deploy", "generate", "evaluate"}
-    assert preset("demo", "image") == preset("demo")  # choosing the default changes nothing
+    assert configure("demo", "image") == preset("demo")  # choosing the default changes nothing
 
 
 def test_a_workload_by_module_path_as_a_class_or_an_instance(user_module):
@@ -49,7 +50,7 @@ def test_a_workload_by_module_path_as_a_class_or_an_instance(user_module):
 
 
 def test_a_workloads_preset_changes_come_before_the_users(user_module):
-    cfg = preset("demo", "user_workloads:Echo")
+    cfg = configure("demo", "user_workloads:Echo")
     assert cfg.workload.name == "user_workloads:Echo" and cfg.model.name == "echo-demo"
     assert cfg.prepare.dataset == "echoes" and cfg.train == preset("demo").train
     assert cfg.override({"model": {"name": "mine"}}).model.name == "mine"

@@ -8,20 +8,21 @@ import random
 import pytest
 import torch
 
-from aigc.config import PipelineConfig, PrepareConfig, preset
+from aigc.config import PipelineConfig, PrepareConfig
 from aigc.lake import LocalLake
-from aigc.shapes import parse_caption
-from aigc.workloads import load_workload
+from aigc.stages import configure
+from aigc.workloads import load_workload, workload_of
 from aigc.workloads.text import corpus
 from aigc.workloads.text.model import TextLM
 from aigc.workloads.text.records import TextRecords, clean_fraction, normalise
 from aigc.workloads.text.tokenizer import train_tokenizer
+from aigc.workloads.world import parse_caption
 
 DATE = "2026-11-20"
 
 
 def smoke() -> PipelineConfig:
-    return preset("smoke", "text").override({"prepare": {"workers": 1}, "raw": {"n": 150}})
+    return configure("smoke", "text").override({"prepare": {"workers": 1}, "raw": {"n": 150}})
 
 
 def test_documents_are_long_tailed_logs_whose_every_line_can_be_checked():
@@ -108,7 +109,7 @@ def test_decoding_with_the_kv_cache_gives_the_logits_of_a_full_forward_pass():
 
 
 def test_costs_grow_faster_than_length_and_stop_at_the_context():
-    cfg = preset("demo", "text")
+    cfg = configure("demo", "text")
     costs = load_workload("text").sample_costs({"bytes": [400, 800, 1600, 10**6, 10**7]}, cfg)
     assert costs[1] > 2 * costs[0] and costs[2] > 2 * costs[1] and costs[3] == costs[4]
 
@@ -138,7 +139,7 @@ def trained(tmp_path_factory):
     PREPARE.make_raw(lake.sub("raw/logs"), DATE, cfg)
     PREPARE.finish(lake, cfg, PREPARE.produce(lake.sub("raw/logs"), lake, DATE, cfg))
     solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
-    return lake, cfg, solo, train_rank(lake, DATE, cfg, SOLO_RUN, solo)
+    return lake, cfg, solo, train_rank(lake, DATE, cfg, SOLO_RUN, solo, workload_of(cfg))
 
 
 def test_the_core_loop_trains_the_text_model_and_resumes_only_with_the_same_settings(trained):
@@ -149,10 +150,10 @@ def test_the_core_loop_trains_the_text_model_and_resumes_only_with_the_same_sett
     assert summary["workload"] == "text" and summary["final_val_loss"] < 0.8 * summary["initial_val_loss"]
     card = lake.get_json(f"training/logs-gpt/dt={DATE}/run={SOLO_RUN}/model.json")
     assert card["model"]["context"] == 128 and '"vocab"' in card["tokenizer"]
-    again = train_rank(lake, DATE, cfg, SOLO_RUN, solo)  # a retry: nothing left to train
+    again = train_rank(lake, DATE, cfg, SOLO_RUN, solo, workload_of(cfg))  # a retry: nothing left to train
     assert again["resumed_from_step"] == 12 and again["weights_sha256"] == summary["weights_sha256"]
     with pytest.raises(ResumeMismatch, match=r"text: checkpoint .*'context': 128.*now .*'context': 64"):
-        train_rank(lake, DATE, cfg.override({"text": {"context": 64}}), SOLO_RUN, solo)
+        train_rank(lake, DATE, cfg.override({"text": {"context": 64}}), SOLO_RUN, solo, workload_of(cfg))
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +189,7 @@ def test_stage_3_registers_builds_the_torch_variants_and_gates_them(deployed):
     assert bf16["size_vs_fp32"] == pytest.approx(0.5, abs=0.02) and fp32["latency_ms_b1"] > 0
     assert gate["success"] and "fp32" in gate["eligible_variants"]
     assert ("bf16" in gate["eligible_variants"]) == (bf16["agreement_vs_fp32"] >= cfg.deploy_gate.min_text_agreement)
-    serving = load_serving(lake, "logs-gpt", "candidate", "fp32", "cpu", load_workload("text"))
+    serving = load_serving(lake, "logs-gpt", "candidate", "fp32", "cpu", load_workload("text").serving)
     prompts = ["Log a.\nItem 1: a small red circle at the top.\nItem 2:", "Log b.\nItem 1:"]
     outputs = serving.generate(prompts, [0, 1])
     assert len(outputs) == 2 and all(isinstance(o, str) and o for o in outputs)

@@ -1,11 +1,11 @@
-"""The built-in image workload: caption → image, a conditional VAE (``aigc.models.cvae``) over the curated
+"""The built-in image workload: caption → image, a conditional VAE (``aigc.workloads.image.cvae``) over the curated
 shapes drop (``aigc.prepare``), judged by the pixel checker (``aigc.evaluate``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from aigc.workloads.base import Workload
+from aigc.workload import Workload
 
 
 class ImageWorkload(Workload):
@@ -15,10 +15,12 @@ class ImageWorkload(Workload):
     loss_parts = ("recon", "kl")
     loss_title = "training: negative ELBO per pixel"
     stages = frozenset({"prepare", "train", "deploy", "generate", "evaluate"})
+    preload_modules = ("aigc.train.balance", *(f"aigc.workloads.image.{m}" for m in (
+        "rawdrop", "records", "training", "variants", "prompts", "engine", "gallery", "gate", "evaluation", "report")))
 
     def sample_costs(self, columns, cfg):
-        from aigc.models.tokenizer import words
         from aigc.train.balance import sample_cost
+        from aigc.workloads.image.tokenizer import words
 
         pixels = np.asarray(columns["width"], dtype=np.int64) * np.asarray(columns["height"], dtype=np.int64)
         tokens = np.array([len(words(c)) for c in columns["caption"]], dtype=np.int64)
@@ -37,13 +39,12 @@ class ImageWorkload(Workload):
     variant_kinds = ("fp32", "bf16", "pruned", "onnx", "int8")
 
     def serving(self, card, variant, data, device, version):
-        from aigc.registry.loader import Generator, runner_for
+        from aigc.workloads.image.serving import serve
 
-        runner, vocab, model_cfg, dtype = runner_for(card, variant, data, device)
-        return Generator(runner, vocab, model_cfg, version=version, variant=variant, device=device, dtype=dtype)
+        return serve(card, variant, data, device, version)
 
     def smoke_prompts(self, n, seed):
-        from aigc.registry.deploy import smoke_prompts
+        from aigc.workloads.image.variants import smoke_prompts
 
         return smoke_prompts(n, seed)[0]
 
@@ -52,51 +53,59 @@ class ImageWorkload(Workload):
                 "image_std": entry["image_std"] >= thresholds.min_image_std}
 
     def build_variants(self, lake, model, version, cfg):
-        from aigc.registry.deploy import build_variants
+        from aigc.workloads.image.variants import build_variants
 
         return build_variants(lake, model, version, cfg.deploy)
 
     output_columns = (("image", "binary"), ("width", "int32"), ("height", "int32"))
 
     def demo_prompts(self, lake, date, cfg, key):
-        from aigc.generate.prompts import make_demo_prompts
+        from aigc.workloads.image.prompts import make_demo_prompts
 
         return make_demo_prompts(lake, cfg.prepare.dataset, date, cfg.generate, key)
 
     def generate_shard(self, lake, plan, prompts, cfg):
-        from aigc.generate.engine import ShardEngine
+        from aigc.workloads.image.engine import ShardEngine
 
         return ShardEngine(lake, plan, cfg).run(prompts)
 
     def gallery(self, rows):
-        from aigc.generate.run import gallery_png
+        from aigc.workloads.image.gallery import gallery_png
 
         return "gallery.png", gallery_png([r["image"] for r in rows], [r["prompt"] for r in rows])
 
     def generation_checks(self, rows, cfg, thresholds):
-        from aigc.quality.generation import image_checks
+        from aigc.workloads.image.gate import generation_checks
 
-        return image_checks(rows, cfg, thresholds)
+        return generation_checks(rows, cfg, thresholds)
 
     def evaluate(self, lake, generation, cfg, run_id):
-        from aigc.evaluate.run import evaluate
+        from aigc.workloads.image.evaluation import evaluate
 
         return evaluate(lake, generation, cfg, run_id=run_id)
 
     def evaluation_checks(self, metrics, thresholds):
-        from aigc.quality.evaluation import checks
+        from aigc.workloads.image.gate import evaluation_checks
 
-        return checks(metrics, thresholds)
+        return evaluation_checks(metrics, thresholds)
 
     def write_report(self, lake, prefix, metrics, points, front, record, generation):
-        from aigc.evaluate.report import write_report
+        from aigc.workloads.image.report import write_report
 
         return write_report(lake, prefix, metrics, points, front, record, generation)
 
     def make_raw_drop(self, raw, date, cfg):
-        from aigc.prepare.rawdrop import make_raw_drop
+        from aigc.workloads.image.rawdrop import make_raw_drop
 
         return make_raw_drop(raw, date, cfg.raw)
 
 
 IMAGE = ImageWorkload()
+
+
+def prepare_image(raw, lake, date, cfg, *, run_id: str | None = None) -> dict:
+    """Stage 1 of the image workload on this host (``aigc.prepare.prepare`` with its record rules): what tests,
+    benches and notebooks call where the pipeline would choose the workload by name."""
+    from aigc.prepare import prepare
+
+    return prepare(raw, lake, date, cfg, rules=IMAGE.records(None), workload=IMAGE.name, run_id=run_id)

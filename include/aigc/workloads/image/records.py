@@ -1,13 +1,13 @@
-"""The image workload's stage 1: caption and image checks (``aigc.prepare.checks``), decoded and signed in the
-decoding processes, and near-duplicates confirmed on thumbnails in the parent (``aigc.prepare.dedup``)."""
+"""The image workload's stage 1: caption and image checks (``aigc.workloads.image.checks``), decoded and signed in the
+decoding processes, and near-duplicates confirmed on thumbnails in the parent (``aigc.workloads.image.dedup``)."""
 
 from __future__ import annotations
 
-from aigc.prepare.checks import REASONS, examine_all, parse_line
-from aigc.prepare.dedup import Deduplicator
 from aigc.prepare.records import Examined, Rejected
 from aigc.prepare.shards import CURATED_SCHEMA
-from aigc.workloads.base import RecordRules
+from aigc.workload import RecordRules
+from aigc.workloads.image.checks import REASONS, examine_all, parse_line
+from aigc.workloads.image.dedup import Deduplicator
 
 
 class ImageRecordRules(RecordRules):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from aigc.workloads.base import Loss, TrainingTask
+from aigc.workload import Loss, TrainingTask
 
 if TYPE_CHECKING:
     import torch
@@ -80,7 +80,7 @@ class ImageTrainingTask(TrainingTask):
     def __init__(self, lake: Lake, index: WindowIndex, cfg: PipelineConfig):
         import torch
 
-        from aigc.models import Vocab
+        from aigc.workloads.image.tokenizer import Vocab
 
         self.cfg = cfg
         self.vocab = Vocab.build(index.captions)
@@ -90,7 +90,7 @@ class ImageTrainingTask(TrainingTask):
         self._torch = torch
 
     def build_model(self):
-        from aigc.models import ConditionalVAE
+        from aigc.workloads.image.cvae import ConditionalVAE
 
         return ConditionalVAE(len(self.vocab), self.cfg.model)
 

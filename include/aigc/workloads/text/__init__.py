@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aigc.workloads.base import Workload
+from aigc.workload import Workload
 
 
 class TextWorkload(Workload):
@@ -17,6 +17,8 @@ class TextWorkload(Workload):
     description = "long documents → a decoder-only transformer with rotary positions and a KV cache"
     index_columns = ("bytes",)
     loss_title = "training: next-token cross-entropy (nats per token)"
+    preload_modules = tuple(f"aigc.workloads.text.{m}" for m in (
+        "records", "training", "serving", "engine", "evaluation"))
     stages = frozenset({"prepare", "train", "deploy", "generate", "evaluate"})
     variant_kinds = ("fp32", "bf16")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from aigc.shapes import parse_caption
+from aigc.workloads.world import parse_caption
 
 ITEM = re.compile(r"^Item (\d+): (.+)\.$")
 RECALL = re.compile(r"^Recall: item (\d+) is (.+)\.$")

@@ -1,6 +1,6 @@
 """The text workload's reference world: long inventory logs of shapes scenes whose facts can be checked.
 
-A document is a log of numbered items, each one scene of the shapes grammar (``aigc.shapes``), then
+A document is a log of numbered items, each one scene of the shapes grammar (``aigc.workloads.world``), then
 recall lines that restate items from far back::
 
     Log 7f3a of 2026-11-20.
@@ -30,7 +30,7 @@ import random
 
 from aigc.lake import Lake
 from aigc.lake.keys import join, parse_date
-from aigc.shapes import random_scene
+from aigc.workloads.world import random_scene
 
 SOURCE = "logs"
 DIRT = ("empty", "tiny", "binary", "blocked", "oversize", "malformed_json", "missing_field", "duplicate_id",

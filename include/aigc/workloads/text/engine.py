@@ -18,7 +18,7 @@ from aigc.batching.faults import SimulatedOOM
 from aigc.devices import pick_device
 from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join
-from aigc.prepare.checks import blocked_term
+from aigc.safety import blocked_term
 from aigc.workloads.text.generate import DecoderMemory, generate_ids
 
 
@@ -30,7 +30,7 @@ def run_shard(lake, plan: dict, prompts: list[dict], cfg, workload) -> tuple[lis
     from aigc.registry.loader import load_serving
 
     device = pick_device().type
-    serving = load_serving(lake, plan["model"], plan["version"], plan["variant"], device, workload)
+    serving = load_serving(lake, plan["model"], plan["version"], plan["variant"], device, workload.serving)
     cache_prefix = join("cache", "generations", plan["model"], plan["version"], plan["variant"])
     new = serving.new_tokens
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from aigc.evaluate.metrics import pareto_front, recommend
 from aigc.evaluate.stats import bootstrap, wilson
 from aigc.lake.keys import join
-from aigc.prepare.checks import blocked_term
+from aigc.safety import blocked_term
 from aigc.workloads.text.checker import judge, recall_right
 from aigc.workloads.text.corpus import document
 
@@ -154,7 +154,7 @@ def evaluate_text(lake, generation: dict, cfg, *, run_id: str, workload) -> dict
     e = cfg.evaluate
     ev = Evaluation.of(lake, generation, run_id)
     date, model, version, prefix, record, rows = ev.date, ev.model, ev.version, ev.prefix, ev.record, ev.rows
-    fp32 = load_serving(lake, model, version, "fp32", "cpu", workload)
+    fp32 = load_serving(lake, model, version, "fp32", "cpu", workload.serving)
 
     # The day's content.
     generated = [r for r in rows if r["status"] == "generated"]
@@ -190,7 +190,7 @@ def evaluate_text(lake, generation: dict, cfg, *, run_id: str, workload) -> dict
     eligible = (record.get("smoke_test") or {}).get("eligible_variants") or ["fp32"]
     points, grid_verdicts = [], {}
     for variant in eligible:
-        serving = fp32 if variant == "fp32" else load_serving(lake, model, version, variant, "cpu", workload)
+        serving = fp32 if variant == "fp32" else load_serving(lake, model, version, variant, "cpu", workload.serving)
         outs, _ = _timed(serving, prompts, "adaptive", cfg)
         grid_verdicts[variant] = [judge(p, o)["valid"] for p, o in zip(prompts, outs, strict=True)]
         timing = prompts[: e.latency_prompts]
@@ -275,25 +275,25 @@ def write_text_report(lake, prefix: str, metrics: dict, points: list[dict], samp
 def text_checks(metrics: dict, t):
     """Gate 5 for text: the day's validity and the recommended configuration's, perplexity, safety."""
     from aigc.config.form import how_to_set
-    from aigc.quality.evaluation import Check, _figure
+    from aigc.quality.evaluation import Check, figure
 
     iv = metrics["intervals"]
     ppl = iv.get("perplexity") or {}
     longer = f"Train longer or on more data ({how_to_set('train', 'steps')})"
     return [
         Check("content_alignment", "validity of the day's continuations", (iv["alignment"] or {}).get("hi") or 0.0,
-              t.min_alignment, True, _figure(iv["alignment"]),
+              t.min_alignment, True, figure(iv["alignment"]),
               f"the share of the day's continuations whose every line follows the logs' rules is "
-              f"{_figure(iv['alignment'])}, significantly below the minimum {t.min_alignment:g}. {longer}; or lower "
+              f"{figure(iv['alignment'])}, significantly below the minimum {t.min_alignment:g}. {longer}; or lower "
               f"{how_to_set('evaluate_gate', 'min_alignment')}."),
         Check("model_alignment", "validity of the recommended configuration on the evaluation prompts",
               (iv.get("model_alignment") or {}).get("hi") or 0.0, t.min_alignment, True,
-              _figure(iv.get("model_alignment")),
-              f"the recommended configuration continues {_figure(iv.get('model_alignment'))} of the fixed evaluation "
+              figure(iv.get("model_alignment")),
+              f"the recommended configuration continues {figure(iv.get('model_alignment'))} of the fixed evaluation "
               f"prompts validly, significantly below the minimum {t.min_alignment:g}. {longer}."),
         Check("perplexity", "held-out perplexity", ppl.get("lo") if ppl.get("lo") is not None else 1e9,
-              t.max_perplexity, False, _figure(ppl, "{:.3f}"),
-              f"held-out perplexity is {_figure(ppl, '{:.3f}')}, significantly above the maximum {t.max_perplexity:g}: "
+              t.max_perplexity, False, figure(ppl, "{:.3f}"),
+              f"held-out perplexity is {figure(ppl, '{:.3f}')}, significantly above the maximum {t.max_perplexity:g}: "
               f"the model predicts unseen logs poorly. {longer}; or raise "
               f"{how_to_set('evaluate_gate', 'max_perplexity')}."),
         Check("safety_violations", "continuations of blocked prompts, or with blocked terms",

@@ -13,8 +13,8 @@ import unicodedata
 
 import pyarrow as pa
 
-from aigc.prepare.checks import blocked_term
 from aigc.prepare.records import PerRecordRules, Rejected
+from aigc.safety import blocked_term
 
 SCHEMA = pa.schema([
     ("id", pa.string()), ("text", pa.large_string()), ("chars", pa.int32()), ("words", pa.int32()),

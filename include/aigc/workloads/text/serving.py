@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 
 from aigc.registry import variants
-from aigc.workloads.base import Serving
+from aigc.workload import Serving
 from aigc.workloads.text.corpus import document
 from aigc.workloads.text.generate import generate_ids
 from aigc.workloads.text.model import TextLM
@@ -73,7 +73,7 @@ def demo_prompts(lake, date: str, cfg, key: str) -> dict:
     from one item (≈ 16 tokens) to 400 (≈ 4,500 tokens), and a few with blocked terms, which must be refused."""
     import json
 
-    from aigc.generate.prompts import _blocked_terms
+    from aigc.safety import blocked_terms
 
     g = cfg.generate
     rng = random.Random(f"{g.seed}/{date}")
@@ -82,7 +82,7 @@ def demo_prompts(lake, date: str, cfg, key: str) -> dict:
         items = max(1, min(400, round(2.0 ** rng.uniform(0, 8.65))))  # log-uniform: as many short as long
         lines = document(rng, items + 1, f"p{i}").split("\n")[: items + 1]
         rows.append("\n".join(lines) + f"\nItem {items + 1}:")
-    terms = _blocked_terms()
+    terms = blocked_terms()
     rows += [f"Log b{i}.\nItem 1: a {rng.choice(terms)} scene.\nItem 2:" for i in range(g.blocked_prompts)]
     records = [{"prompt_id": f"p-{i:06d}", "prompt": p, "seed": g.seed + i} for i, p in enumerate(rows)]
     rng.shuffle(records)

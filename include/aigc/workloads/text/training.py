@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aigc.workloads.base import Loss, TrainingTask
+from aigc.workload import Loss, TrainingTask
 from aigc.workloads.text.model import TextLM
 from aigc.workloads.text.tokenizer import load_tokenizer, special_ids, train_tokenizer
 

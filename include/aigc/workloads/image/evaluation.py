@@ -1,4 +1,4 @@
-"""``aigc evaluate``: the day's generated content measured, the Pareto grid, the review queue, the report.
+"""The image workload's stage 5: the day's generated content measured, the Pareto grid, the review queue, the report.
 
     evaluations/<model>/dt=<date>/run=<id>/metrics.json     every figure gate 5 judges
     evaluations/<model>/dt=<date>/run=<id>/pareto.json|png  the grid, its front, the recommendation
@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import io
 import logging
 import time
@@ -19,48 +18,21 @@ import numpy as np
 from PIL import Image
 
 from aigc.config import PipelineConfig
-from aigc.evaluate.checker import ATTRIBUTES
-from aigc.evaluate.grid import measure_grid, variant_quality
-from aigc.evaluate.metrics import (
-    alignment_estimate,
-    assess,
-    diversity,
-    frechet_estimate,
-    pareto_front,
-    recommend,
-    require_scorable,
-)
-from aigc.evaluate.reference import checker_reference, evaluation_prompts
-from aigc.evaluate.report import write_report
+from aigc.evaluate.metrics import pareto_front, recommend
 from aigc.evaluate.review import agreement, export_queue
+from aigc.evaluate.runs import evaluation_prefix, generated_rows
 from aigc.evaluate.stats import paired_difference, wilson
-from aigc.generate.run import MANIFEST as GENERATION_MANIFEST
-from aigc.generate.run import generation_prefix, generation_rows
 from aigc.lake import Lake
-from aigc.lake.keys import join, parse_date, partition, run_prefix
+from aigc.lake.keys import join, parse_date
 from aigc.plots import pareto_chart
 from aigc.registry import Registry, VersionNotFound
+from aigc.workloads.image.checker import ATTRIBUTES
+from aigc.workloads.image.grid import measure_grid, variant_quality
+from aigc.workloads.image.metrics import alignment_estimate, assess, diversity, frechet_estimate, require_scorable
+from aigc.workloads.image.reference import checker_reference, evaluation_prompts
+from aigc.workloads.image.report import write_report
 
 log = logging.getLogger(__name__)
-
-
-def evaluation_prefix(model: str, date: str | dt.date, run_id: str) -> str:
-    return run_prefix(partition("evaluations", model, date), run_id)
-
-
-def latest_generation(lake: Lake, model: str, date: str, run_id: str | None = None) -> dict:
-    """The manifest of a generation run of ``date``: the one named, else the newest finished one made by a model
-    other than production (production's runs answer prompt files; there is nothing to promote)."""
-    part = partition("generations", model, date)
-    runs = sorted({k.split("/")[3] for k in lake.list(part) if k.endswith("/" + GENERATION_MANIFEST)})
-    if run_id:
-        runs = [r for r in runs if r == f"run={run_id}"]
-    manifests = (lake.get_json(join(part, r, GENERATION_MANIFEST)) for r in reversed(runs))
-    found = next((m for m in manifests if run_id or m.get("model_ref") != "production"), None)
-    if found is None:
-        raise LookupError(f"no finished generation run{' ' + run_id if run_id else ' of a candidate'} under "
-                          f"{lake.url(part)} (run aigc generate first)")
-    return found
 
 
 def _decode(png: bytes) -> np.ndarray:
@@ -82,12 +54,6 @@ def real_images(lake: Lake, dataset: str, date: str, n: int) -> tuple[list[np.nd
             images.append(_decode(column[int(index.row_of[i])].as_py()))
             captions.append(index.captions[i])
     return images, captions
-
-
-def _generated(lake: Lake, generation: dict) -> list[dict]:
-    prefix = generation_prefix(generation["model"], generation["date"], generation["run_id"])
-    manifest = lake.get_json(join(prefix, GENERATION_MANIFEST))
-    return generation_rows(lake, manifest).to_pylist()
 
 
 def evaluate(lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) -> dict:
@@ -112,11 +78,11 @@ def evaluate(lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) 
     checker = assess(real, real_captions)
 
     # The day's content: the generation run gate 5 publishes if it passes.
-    rows = _generated(lake, generation)
+    rows = generated_rows(lake, generation)
     generated = [r for r in rows if r["status"] == "generated"]
     require_scorable([r["prompt"] for r in generated], f"generated prompts of run {generation['run_id']}")
     quality = assess([_decode(r["image"]) for r in generated], [r["prompt"] for r in generated])
-    from aigc.prepare.checks import blocked_term
+    from aigc.safety import blocked_term
 
     violations = sum(blocked_term(r["prompt"], cfg.prepare.blocklist) is not None for r in generated)
 
@@ -132,7 +98,7 @@ def evaluate(lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) 
         production = registry.resolve("production")
     if production and production != version:
         # Like for like: both models' fp32 (always eligible: gate 3 requires it) on the same prompts and seeds.
-        from aigc.registry.loader import Generator  # torch: only when there is a production to compare
+        from aigc.workloads.image.serving import Generator  # torch: only when there is a production to compare
 
         prod = variant_quality(Generator.load(lake, model, production, "fp32"), prompts, checker["features"],
                                e.confidence)

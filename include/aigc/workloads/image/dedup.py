@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aigc.prepare.checks import THUMB_SIDE, Rejected
 from aigc.prepare.minhash import BandIndex
 from aigc.prepare.records import ExactDedup
+from aigc.workloads.image.checks import THUMB_SIDE, Rejected
 
 _SAME = "image bytes and caption"  # what an exact duplicate shares
 _THUMB_BYTES = THUMB_SIDE * THUMB_SIDE * 3

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from aigc.models import ConditionalVAE, Vocab
-from aigc.models.cvae import latents_for_seeds
+from aigc.workloads.image.cvae import ConditionalVAE, latents_for_seeds
+from aigc.workloads.image.tokenizer import Vocab
 
 OPSET = 17
 

@@ -22,13 +22,13 @@ from functools import cache
 
 import numpy as np
 
-from aigc import shapes
-from aigc.evaluate import checker
-from aigc.evaluate.checker import ATTRIBUTES, read, score
 from aigc.evaluate.stats import wilson
 from aigc.lake import Lake
 from aigc.lake.base import ObjectNotFound
 from aigc.lake.keys import join
+from aigc.workloads import world as shapes
+from aigc.workloads.image import checker
+from aigc.workloads.image.checker import ATTRIBUTES, read, score
 
 log = logging.getLogger(__name__)
 COMBINATIONS = list(itertools.product(shapes.COLOURS, shapes.SHAPES, shapes.SIZES, shapes.POSITIONS))

@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 
-from aigc.evaluate.metrics import assess, frechet_distance
 from aigc.evaluate.stats import wilson
 from aigc.lake import Lake
+from aigc.workloads.image.metrics import assess, frechet_distance
 
 log = logging.getLogger(__name__)
 _QUALITY_BATCH = 64
@@ -59,7 +59,7 @@ def _timed(gen, policy: str, texts: list[str], seeds: list[int], max_batch: int)
 def measure_grid(lake: Lake, model: str, version: str, record: dict, prompts: list[dict], real_features: np.ndarray,
                  cfg) -> tuple[list[dict], dict[str, list[bool]]]:
     """(points, verdicts by variant): each eligible variant × policy with quality and measured cost."""
-    from aigc.registry.loader import Generator
+    from aigc.workloads.image.serving import Generator
 
     e = cfg.evaluate
     eligible = (record.get("smoke_test") or {}).get("eligible_variants") or ["fp32"]

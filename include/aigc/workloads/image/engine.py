@@ -18,8 +18,8 @@ from aigc.devices import pick_device
 from aigc.lake import Lake
 from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join
-from aigc.prepare.checks import blocked_term
-from aigc.shapes import png_bytes
+from aigc.safety import blocked_term
+from aigc.workloads.world import png_bytes
 
 log = logging.getLogger(__name__)
 LEARNED = "_BATCH_SIZES.json"  # per run: what each shard's batcher settled on, for the next shard
@@ -28,7 +28,8 @@ LEARNED = "_BATCH_SIZES.json"  # per run: what each shard's batcher settled on, 
 class ShardEngine:
     def __init__(self, lake: Lake, plan: dict, cfg: PipelineConfig):
         from aigc.generate.run import generation_prefix
-        from aigc.registry.loader import Generator, serving_device
+        from aigc.registry.loader import serving_device
+        from aigc.workloads.image.serving import Generator
 
         self.lake, self.plan, self.cfg = lake, plan, cfg
         # The worker's GPU (CUDA_VISIBLE_DEVICES; AIGC_REQUIRE_GPU checked), unless the variant runs on the CPU there

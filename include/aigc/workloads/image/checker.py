@@ -1,6 +1,6 @@
 """An attribute checker that reads colour, shape, size and position from pixels, independent of any generator.
 
-It knows the reference world (``aigc.shapes``): one whole shape on a plain light background,
+It knows the reference world (``aigc.workloads.world``): one whole shape on a plain light background,
 its extent its size's times a scale in ``SCALE_RANGE``. Each pixel's coverage is how far it is
 from the background colour (the median of the border), relative to the shape's own colour, so
 anti-aliased and blurred edges count fractionally; then
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from aigc.shapes import COLOURS, POSITIONS, SCALE_RANGE, SIZES
+from aigc.workloads.world import COLOURS, POSITIONS, SCALE_RANGE, SIZES
 
 ATTRIBUTES = ("colour", "shape", "size", "position")
 _PALETTE = np.array(list(COLOURS.values()), dtype=np.float32)  # (K, 3)
@@ -81,7 +81,7 @@ def _size(extent: float) -> tuple[int, float]:
 
 def _coverage(shape: str, cx: float, cy: float, extent: float, r: int, blur: bool = False,
               supersample: int = 4) -> np.ndarray:
-    """(R, R) in [0, 1]: how much of each pixel a shape of that frame covers (drawn as aigc.shapes draws),
+    """(R, R) in [0, 1]: how much of each pixel a shape of that frame covers (drawn as aigc.workloads.world draws),
     box-blurred as the image was when ``blur``."""
     side = r * supersample
     canvas = Image.new("L", (side, side), 0)

@@ -25,7 +25,7 @@ from aigc.lake.base import json_bytes
 from aigc.lake.keys import join, parse_date
 from aigc.prepare.drop import SUCCESS, drop_prefix
 from aigc.progress import progress
-from aigc.shapes import png_bytes, random_scene, render
+from aigc.workloads.world import png_bytes, random_scene, render
 
 DIRT_KINDS = (
     "undecodable", "truncated", "zero_byte", "wrong_size", "wrong_mode", "empty_caption",

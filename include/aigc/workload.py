@@ -141,6 +141,9 @@ class Workload(ABC):
     """The loss chart's title: what the loss measures."""
     stages: ClassVar[frozenset[str]] = frozenset({"train"})
     """The stages whose hooks this workload provides (the built-in ``image`` workload: all five)."""
+    preload_modules: ClassVar[tuple[str, ...]] = ()
+    """The modules its stage hooks import when they run: an Airflow deployment imports them once, before it forks
+    task processes (``aigc_airflow.preload``), so that a task does not spend seconds importing them again."""
 
     def config_overrides(self, preset: str) -> dict[str, dict[str, Any]]:
         """Changes to the named preset when this workload is chosen (``PipelineConfig.override`` form): its own

@@ -1,4 +1,4 @@
-"""Per-record checks of stage 1: pure functions, run in worker processes.
+"""The image workload's per-record checks of stage 1: pure functions, run in worker processes.
 
 Each record either becomes a curated row or a ``Rejected`` with a machine-readable reason
 and a human detail naming the value and the limit.
@@ -10,15 +10,11 @@ import contextlib
 import hashlib
 import io
 import math
-import re
 import threading
 import unicodedata
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -26,9 +22,11 @@ from PIL import Image, UnidentifiedImageError
 from aigc.config import PrepareConfig
 from aigc.jsonlines import JsonLimits
 from aigc.lake.keys import LakeKeyError, validate_key
-from aigc.prepare import image_minhash, minhash
+from aigc.prepare import minhash
 from aigc.prepare.drop import RECORD_FIELDS
 from aigc.prepare.records import Rejected, Unreadable, parse_record
+from aigc.safety import blocked_term
+from aigc.workloads.image import image_minhash
 
 REASONS = (
     "invalid_utf8", "malformed_json", "record_too_large", "missing_field", "image_key_invalid", "duplicate_id",
@@ -73,25 +71,6 @@ def normalise_caption(caption: str, cfg: PrepareConfig) -> str | Rejected:
     if term:
         return Rejected("blocked_term", f"caption contains blocked term {term!r}")
     return text
-
-
-@lru_cache(maxsize=4)
-def _blocklist_pattern(path: str | None) -> re.Pattern | None:
-    if path is None:
-        text = resources.files("aigc.data").joinpath("blocklist.txt").read_text("utf-8")
-    else:
-        text = Path(path).read_text("utf-8")
-    terms = [t.strip().lower() for t in text.splitlines() if t.strip() and not t.lstrip().startswith("#")]
-    if not terms:
-        return None
-    # Whole words only: "scunthorpe" must not trip on a term inside it.
-    return re.compile(r"\b(" + "|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)) + r")\b", re.I)
-
-
-def blocked_term(text: str, blocklist: str | None) -> str | None:
-    pattern = _blocklist_pattern(blocklist)
-    match = pattern.search(text) if pattern else None
-    return match.group(1).lower() if match else None
 
 
 @dataclass
