@@ -76,7 +76,8 @@ def config(steps: int, world: int, split: str, context: int, batch: int = 8, wid
     cfg = configure("demo", "text")
     train = dataclasses.replace(cfg.train, steps=steps, nproc=world, threads=1, split=split, eval_every=steps,
                                 checkpoint_every=steps, warmup_steps=2, batch_size=batch, val_max=4)
-    return dataclasses.replace(cfg, train=train, text=dataclasses.replace(cfg.text, context=context, width=width))
+    return cfg.override({"train": dataclasses.asdict(train),
+                         "workload": {"settings": {"context": context, "width": width}}})
 
 
 def ensure_partition(root: Path):

@@ -3,7 +3,7 @@
     claim_partition ── choose_drop ─┬─ make_demo_drop ─┐
                                     └─ wait_for_drop ──┴─ plan_drop ── prepare_part × N (mapped over the
     drop's parts) ── merge_parts ── gate_curated ── publish_curated ── release
-publish_curated updates the asset aigc_curated_shapes, which starts aigc_train, except in a backfill:
+publish_curated updates the asset aigc_curated, which starts aigc_train, except in a backfill:
 `airflow backfill create --dag-id aigc_prepare` re-curates a range of dates and trains nothing.
 """
 

@@ -22,16 +22,18 @@ from aigc.lake import open_lake
 from aigc.lake.keys import join
 from aigc.progress import emit_summary, setup_logging
 from aigc.stages import configure
-from aigc.workloads import workload_of
+from aigc.workload import Workload
+from aigc.workloads import load_workload, workload_of
 
 log = logging.getLogger("aigc")
 
 
 def _config(args: argparse.Namespace) -> PipelineConfig:
     _check_request(args)
-    cfg = configure(args.preset, getattr(args, "workload__name", None))
     if getattr(args, "config_json", None):  # a torchrun worker gets the launcher's resolved configuration
-        return cfg.override(json.loads(args.config_json))
+        resolved = json.loads(args.config_json)
+        return configure(args.preset, resolved["workload"]["name"]).override(resolved)
+    cfg = configure(args.preset, getattr(args, "workload__name", None))
     changes: dict[str, dict] = {}
     for section in (f.name for f in dataclasses.fields(cfg)):
         fields = {f.name for f in dataclasses.fields(getattr(cfg, section))}
@@ -39,6 +41,10 @@ def _config(args: argparse.Namespace) -> PipelineConfig:
             value = getattr(args, f"{section}__{name}", None)
             if value is not None:
                 changes.setdefault(section, {})[name] = value
+    own = {k.removeprefix("settings__"): v for k, v in vars(args).items()
+           if k.startswith("settings__") and v is not None}
+    if own:  # the workload's own settings (Workload.cli_settings)
+        changes.setdefault("workload", {})["settings"] = own
     return cfg.override(changes)
 
 
@@ -344,8 +350,8 @@ def _model_status(catalog, date: str) -> dict | None:
 
 
 def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls, only: tuple[str, ...] = (),
-                      skip: tuple[str, ...] = ()) -> None:
-    group = p.add_argument_group(f"{section} settings (defaults from --preset)")
+                      skip: tuple[str, ...] = (), title: str | None = None) -> None:
+    group = p.add_argument_group(title or f"{section} settings (defaults from --preset)")
     for f in dataclasses.fields(cfg_cls):
         if only and f.name not in only or f.name in skip:
             continue
@@ -360,7 +366,9 @@ def _add_workload_flag(p: argparse.ArgumentParser) -> None:
                         "aigc.workloads group, or package.module:ATTRIBUTE")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(workload: Workload | None = None) -> argparse.ArgumentParser:
+    """Every command's flags; with ``workload``, also the flags of its own settings its commands take
+    (``Workload.cli_settings``)."""
     from aigc.config import (
         BatchingConfig,
         CuratedGateThresholds,
@@ -373,7 +381,6 @@ def build_parser() -> argparse.ArgumentParser:
         ModelConfig,
         PrepareConfig,
         RawDropConfig,
-        TextConfig,
         TrainConfig,
         TrainingGateThresholds,
     )
@@ -393,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_workload_flag(p)
         p.add_argument("--lake", default=None, help="lake URI (default $AIGC_LAKE_URI, else ./.lake)")
         p.add_argument("--date", required=True, help="logical date YYYY-MM-DD: the partition to write")
+        if workload is not None and workload.settings_class and workload.cli_settings.get(name):
+            _add_config_flags(p, "settings", workload.settings_class, only=workload.cli_settings[name],
+                              title=f"workload {workload.name}'s settings (defaults from --preset)")
         return p
 
     p = command("make-raw", cmd_make_raw, "write a synthetic, dirty raw drop of image–caption pairs")
@@ -400,7 +410,6 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "never a producer's; `aigc prepare --drop synthetic` reads it)")
     p.add_argument("--raw", default=None, help=argparse.SUPPRESS)
     _add_config_flags(p, "raw", RawDropConfig, skip=("drop",))
-    _add_config_flags(p, "text", TextConfig, only=("mean_items", "max_items"))
 
     for name, fn, help_ in (
         ("prepare", cmd_prepare, "prepare a raw drop: clean, dedup, filter, shard; then gate 1 and publish"),
@@ -415,7 +424,6 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--run-id", required=True, help="the run id printed by `aigc prepare`")
         _add_config_flags(p, "prepare", PrepareConfig)
         _add_config_flags(p, "curated_gate", CuratedGateThresholds)
-        _add_config_flags(p, "text", TextConfig, only=("min_chars", "max_chars", "min_clean_fraction", "shingle_words"))
         if name == "prepare":
             p.add_argument("--source", dest="raw__source", default=None, help="raw source name (default shapes)")
             p.add_argument("--drop", dest="raw__drop", default=None, choices=("producer", "synthetic"),
@@ -432,7 +440,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-json", default=None, help=argparse.SUPPRESS)
     for section, cls in (("model", ModelConfig), ("train", TrainConfig), ("train_gate", TrainingGateThresholds)):
         _add_config_flags(p, section, cls)
-    _add_config_flags(p, "text", TextConfig, only=("vocab_size", "layers", "width", "heads", "context"))
     _add_config_flags(p, "prepare", PrepareConfig, only=("dataset",))
 
     p = command("deploy", cmd_deploy, "register the date's trained model, build its variants, run gate 3")
@@ -503,8 +510,20 @@ def _date_lease(args: argparse.Namespace) -> Iterator[None]:
         yield
 
 
+def _flags_workload(argv: list[str] | None) -> Workload | None:
+    """The workload the command line names (``--workload``, else the default), whose settings' flags the parser then
+    offers; None when it cannot be resolved (the command then says why, naming the workloads there are)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--workload", default=None)
+    known, _ = pre.parse_known_args(argv)
+    try:
+        return load_workload(known.workload or PipelineConfig().workload.name)
+    except Exception:  # noqa: BLE001 - reported by the command, with the known workloads
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(_flags_workload(argv)).parse_args(argv)
     setup_logging(args.log_level)
     try:
         with _date_lease(args):

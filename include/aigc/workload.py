@@ -141,6 +141,13 @@ class Workload(ABC):
     """The loss chart's title: what the loss measures."""
     stages: ClassVar[frozenset[str]] = frozenset({"train"})
     """The stages whose hooks this workload provides (the built-in ``image`` workload: all five)."""
+    settings_class: ClassVar[type | None] = None
+    """Its own settings: a frozen dataclass with defaults that checks its fields (``aigc.config._checks``), found in
+    ``cfg.workload.settings``. A preset's, a form's (the "Workload settings" field, JSON) and the CLI's changes to it
+    go through it, so a workload adds settings without editing the core's configuration."""
+    cli_settings: ClassVar[dict[str, tuple[str, ...]]] = {}
+    """Which of its settings each ``aigc`` command takes as flags (``{"train": ("hidden",)}``: ``aigc train
+    --workload NAME --hidden 32``)."""
     preload_modules: ClassVar[tuple[str, ...]] = ()
     """The modules its stage hooks import when they run: an Airflow deployment imports them once, before it forks
     task processes (``aigc_airflow.preload``), so that a task does not spend seconds importing them again."""
@@ -260,9 +267,12 @@ class Workload(ABC):
         return write_scored_report(lake, prefix, metrics, points)
 
     def settings(self, cfg: PipelineConfig) -> dict[str, Any]:
-        """The workload's own settings that define its model and data (beyond ``cfg.model``): a run resumes from a
-        checkpoint only if they are unchanged, and a difference is named."""
-        return {}
+        """What defines its model and data beyond ``cfg.model``: a run resumes from a checkpoint only if they are
+        unchanged, and a difference is named. By default its own settings (``cfg.workload.settings``), whole."""
+        import dataclasses
+
+        own = cfg.workload.settings
+        return {"settings": dataclasses.asdict(own)} if own is not None else {}
 
     @abstractmethod
     def sample_costs(self, columns: dict[str, list], cfg: PipelineConfig) -> np.ndarray:

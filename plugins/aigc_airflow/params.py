@@ -9,7 +9,7 @@ from airflow.sdk import Param
 
 from aigc.config import PRESETS, WorkloadConfig
 from aigc.config.access import AccessPolicy
-from aigc.config.form import fields_of
+from aigc.config.form import SETTINGS, fields_of
 from aigc_airflow.runtime import access_policy, deployment_setting
 
 # The form's preset when a user presses Trigger unchanged (and for scheduled and asset-triggered runs): a
@@ -33,7 +33,10 @@ def params_for(*stages: str, policy: AccessPolicy | None = None) -> dict[str, Pa
               "workload": Param(DEFAULT_WORKLOAD, type="string", title="Workload", enum=list(policy.workloads),
                                 description="The model and data every stage runs: the workloads this deployment "
                                             "allows (AIGC_ALLOWED_WORKLOADS). A run started by another stage's "
-                                            "asset carries on with that run's workload.")}
+                                            "asset carries on with that run's workload."),
+              SETTINGS: Param(None, type=["null", "object"], title="Workload settings",
+                              description="The chosen workload's own settings, as JSON: e.g. {\"context\": 2048} for "
+                                          "text. Empty: the preset's. Its settings class checks each value.")}
     for f in fields_of(stages):
         schema: dict = {"title": f.title, "section": f.section}
         if f.description:

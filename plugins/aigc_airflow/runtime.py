@@ -159,7 +159,13 @@ def run_params(context: dict[str, Any]) -> dict[str, Any]:
     event = newest_event(context)
     values = {**own, **event["params"]} if event and isinstance(event.get("params"), dict) else own
     try:
-        return check_request(values, access_policy())
+        checked = check_request(values, access_policy())
+        if checked.get("settings"):  # the workload's settings class checks them: fail now, not in a later task
+            try:
+                pipeline_config(checked)
+            except ValueError as e:
+                raise Refused("settings", checked["settings"], str(e)) from None
+        return checked
     except Refused as e:
         raise refused(e) from None
 

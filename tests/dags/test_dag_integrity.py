@@ -59,7 +59,7 @@ def test_the_stage_dags_form_one_chain_linked_by_assets(dagbag):
     assert type(dagbag.dags["aigc_pipeline"].timetable).__name__ == "NullTimetable"
     producers = {a.name: (d.dag_id, t.task_id) for d_id, d in dagbag.dags.items() if d_id != "aigc_pipeline"
                  for t in d.tasks for a in t.outlets}
-    assert producers == {"aigc_curated_shapes": ("aigc_prepare", "publish_curated"),
+    assert producers == {"aigc_curated": ("aigc_prepare", "publish_curated"),
                          "aigc_model_candidate": ("aigc_train", "publish_model"),
                          "aigc_model_deployable": ("aigc_deploy", "gate_deploy"),
                          "aigc_generations_for_evaluation": ("aigc_generate", "hand_off_for_evaluation"),
@@ -74,7 +74,7 @@ def test_the_stage_dags_form_one_chain_linked_by_assets(dagbag):
         return {a.name for a in getattr(condition, "objects", (condition,))}
 
     schedules = {d: scheduled_on(dagbag.dags[d]) for d in STAGE_DAGS}
-    assert schedules == {"aigc_prepare": None, "aigc_train": {"aigc_curated_shapes"},
+    assert schedules == {"aigc_prepare": None, "aigc_train": {"aigc_curated"},
                          "aigc_deploy": {"aigc_model_candidate"},
                          "aigc_generate": {"aigc_model_deployable", "aigc_prompt_files"},
                          "aigc_evaluate": {"aigc_generations_for_evaluation"}}
@@ -85,7 +85,8 @@ def test_the_prompt_files_asset_is_watched_by_the_lake_trigger(dagbag):
 
     (watcher,) = PROMPT_FILES.watchers
     classpath, kwargs = watcher.trigger.serialize()
-    assert classpath == "aigc_airflow.triggers.PromptFileTrigger" and kwargs["dataset"] == "shapes"
+    assert classpath == "aigc_airflow.triggers.PromptFileTrigger"
+    assert set(kwargs["workloads"]) == {"image", "text"}  # the deployment's (here: the built-in ones), not a dataset
 
 
 @pytest.mark.parametrize("dag_id", ["aigc_pipeline", *STAGE_DAGS])
@@ -182,13 +183,13 @@ def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
     for dag in dagbag.dags.values():
         untitled = [n for n, p in dag.params.items() if not p.schema.get("title")]
         unsectioned = [n for n, p in dag.params.items() if not p.schema.get("section")]
-        assert not untitled and unsectioned == ["preset", "workload"], dag.dag_id  # the form groups the knobs
+        assert not untitled and unsectioned == ["preset", "workload", "settings"], dag.dag_id  # grouped knobs
         copy.deepcopy(dag.params).validate()
     assert params["workload"] == os.environ.get("AIGC_DEFAULT_WORKLOAD", "image")
     for name, bad in (("resolution", 33), ("dirt_rate", 1.5), ("preset", "huge"), ("n_records", 0),
                       ("workload", "my model; rm -rf"), ("workload", "pkg.mod:"),
                       ("nproc", -1), ("precision", "fp8"), ("train_steps", 0), ("variant", "fp64"),
-                      ("budget_fraction", 0), ("generate_shards", 0), ("drop", "yes")):
+                      ("budget_fraction", 0), ("generate_shards", 0), ("drop", "yes"), ("settings", "2048")):
         with pytest.raises(ParamValidationError):
             params[name] = bad
     generate = copy.deepcopy(dagbag.dags["aigc_generate"].params)
@@ -201,9 +202,9 @@ def test_each_dag_shows_only_its_own_stages_fields_from_the_one_table(dagbag):
     from aigc.config.form import FORM, FORM_FIELDS
 
     for dag_id, stage in STAGE_DAGS.items():
-        assert set(dagbag.dags[dag_id].params) == {"preset", "workload"} | {f.param for f in FORM
+        assert set(dagbag.dags[dag_id].params) == {"preset", "workload", "settings"} | {f.param for f in FORM
                                                                              if f.stage == stage}, dag_id
-    assert set(dagbag.dags["aigc_pipeline"].params) == {"preset", "workload"} | {f.param for f in FORM
+    assert set(dagbag.dags["aigc_pipeline"].params) == {"preset", "workload", "settings"} | {f.param for f in FORM
                                                                                   if f.in_all_stages}
     for dag in dagbag.dags.values():
         for name, param in dag.params.items():

@@ -37,7 +37,7 @@ from tests.e2e.stack import (
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1800)]
 # What an all-stages run publishes, by asset → the task that says so.
-ASSETS = {"aigc_curated_shapes": "publish_curated", "aigc_model_candidate": "publish_model",
+ASSETS = {"aigc_curated": "publish_curated", "aigc_model_candidate": "publish_model",
           "aigc_model_deployable": "gate_deploy", "aigc_generations_for_evaluation": "hand_off_for_evaluation",
           "aigc_generations": "publish_content", "aigc_evaluations": "publish_content"}
 MODEL = "shapes-cvae"
@@ -158,7 +158,7 @@ def test_a_run_triggered_through_the_rest_api_publishes_every_stage_and_says_so_
     assert all(e["extra"].get("date") == day and e["extra"]["chain"] is False for e in events)
     extra = {e["name"]: e["extra"] for e in events}
     lake = open_lake(local_stack.lake_uri)
-    curated = f"curated/shapes/dt={day}/run={extra['aigc_curated_shapes']['run_id']}"
+    curated = f"curated/shapes/dt={day}/run={extra['aigc_curated']['run_id']}"
     manifest = lake.get_json(f"{curated}/_manifest.json")
     assert manifest["input_records"] == 300 == manifest["rows"] + sum(manifest["quarantined"].values())
     generations = extra["aigc_generations"]["generations_uri"].removeprefix(lake.uri.rstrip("/") + "/")
@@ -224,7 +224,7 @@ def test_the_nightly_chain_runs_every_stage_from_the_scheduled_prepare_run_with_
     started = dt.date.fromisoformat(prepare["run_after"][:10])
     assert prepare["state"] == "success" and dt.date.fromisoformat(yesterday) == started - dt.timedelta(days=1)
     runs = {"aigc_prepare": prepare}
-    for dag_id, asset in (("aigc_train", "aigc_curated_shapes"), ("aigc_deploy", "aigc_model_candidate"),
+    for dag_id, asset in (("aigc_train", "aigc_curated"), ("aigc_deploy", "aigc_model_candidate"),
                           ("aigc_generate", "aigc_model_deployable"),
                           ("aigc_evaluate", "aigc_generations_for_evaluation")):
         upstream = runs[list(runs)[-1]]
@@ -307,7 +307,7 @@ def test_a_trigger_outside_what_the_deployment_allows_is_refused_and_reads_and_w
             local_stack.trigger(conf, logical_date=None, dag_id="aigc_prepare")
 
     asset, = (a for a in local_stack.api("GET", "/api/v2/assets?limit=100")["assets"]
-              if a["name"] == "aigc_curated_shapes")
+              if a["name"] == "aigc_curated")
     probe = uuid.uuid4().hex
     local_stack.api("POST", "/api/v2/assets/events", {"asset_id": asset["id"], "extra": {
         "date": day, "chain": True, "probe": probe,

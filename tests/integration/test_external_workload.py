@@ -66,15 +66,19 @@ def test_an_installed_workload_runs_through_the_five_stages_of_the_core(site, tm
     curated = sum(lake.get_json(join(resolve(lake, partition("curated", "sums", d))["run_prefix"],
                                      "_manifest.json"))["rows"] for d in days)
 
+    # Its own setting, as a flag of its own: checked by its settings class before anything runs.
+    rc, out, err = aigc(site, "train", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE, "--hidden", "0")
+    assert rc == 1 and "TinySumSettings.hidden must be in [1, 1024], got 0 (set with --hidden on the `aigc` " \
+        "commands that take it with --workload tiny-sum" in out["error"], out
     rc, out, err = aigc(site, "train", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE,
-                        "--nproc", "2", "--threads", "1")
+                        "--nproc", "2", "--threads", "1", "--hidden", "24")
     assert rc == 0, err[-3000:]
     assert out["workload"] == "tiny-sum" and out["model"] == "tiny-sum-mlp" and out["world_size"] == 2
     assert out["published"] and out["samples"] == curated and out["steps"] == 120  # the workload's preset changes
     assert out["final_val_loss"] < 0.2 * out["initial_val_loss"]  # it learned the rule, by gate 2's reading
     prefix = run_prefix(partition("training", "tiny-sum-mlp", DATE), out["run_id"])
     card = lake.get_json(join(prefix, "model.json"))
-    assert card["workload"] == "tiny-sum" and card["model"] == {"inputs": 4, "hidden": 16}
+    assert card["workload"] == "tiny-sum" and card["model"] == {"inputs": 4, "hidden": 24}  # --hidden
     assert [p["date"] for p in card["lineage"]["curated"]] == days
     metrics = lake.read_parquet([join(prefix, "metrics.parquet")]).to_pandas()
     assert list(metrics.columns[:4]) == ["step", "epoch", "loss", "mae"]  # the workload's loss part, logged

@@ -24,7 +24,7 @@ def context(events=None, dag_id="aigc_train", run_type="asset_triggered", logica
 
 
 def test_a_run_started_by_events_works_on_the_newest_event_that_continues_the_chain():
-    curated = Asset(name="aigc_curated_shapes")
+    curated = Asset(name="aigc_curated")
     ctx = context({curated: [event(3, date="2026-11-03", chain=False), event(1, date="2026-11-01", chain=True),
                              event(2, date="2026-11-02", chain=True)]})
     assert partition_date(ctx) == dt.date(2026, 11, 2)  # the backfill's newer event does not pick the date
@@ -71,7 +71,7 @@ def test_a_deployment_goes_before_a_prompt_file_folded_into_the_same_run_and_the
 
 
 def test_an_asset_started_run_carries_on_with_the_form_values_of_the_run_it_follows():
-    curated = Asset(name="aigc_curated_shapes")
+    curated = Asset(name="aigc_curated")
     upstream = {"preset": "demo", "n_records": 500, "synthetic_drop": False}
     ctx = context({curated: [event(1, date="2026-11-01", chain=True, params=upstream)]},
                   params={"preset": "default", "train_steps": None})
@@ -121,7 +121,7 @@ def test_a_workload_the_deployment_did_not_list_is_refused_before_its_module_is_
     (tmp_path / "planted_workload.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nW = None\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("AIGC_LAKE_URI", str(tmp_path / "lake"))
-    curated = Asset(name="aigc_curated_shapes")
+    curated = Asset(name="aigc_curated")
     by_form = context(run_type="manual", params={"preset": "smoke", "workload": "planted_workload:W"})
     by_event = context({curated: [event(1, date="2026-11-01", params={"workload": "planted_workload:W"})]},
                        params={"preset": "smoke", "workload": "image"})
@@ -140,7 +140,7 @@ def test_an_asset_event_naming_a_root_outside_the_allowed_ones_fails_the_run_bef
     from airflow.sdk.exceptions import AirflowFailException
 
     monkeypatch.setenv("AIGC_LAKE_URI", str(tmp_path / "lake"))
-    curated = Asset(name="aigc_curated_shapes")
+    curated = Asset(name="aigc_curated")
     outside = context({curated: [event(1, date="2026-11-01", params={"raw_uri": str(tmp_path / "elsewhere")})]})
     with pytest.raises(AirflowFailException, match="raw_uri"):
         run_params(outside)
@@ -149,7 +149,7 @@ def test_an_asset_event_naming_a_root_outside_the_allowed_ones_fails_the_run_bef
     with pytest.raises(AirflowFailException, match="prompts_key"):
         newest_event(forged)
     # Folded into one run with a stage's own event, a forged one is left out, not obeyed and not fatal.
-    both = context({Asset(name="aigc_curated_shapes"): [event(1, date="2026-11-02", chain=True),
+    both = context({Asset(name="aigc_curated"): [event(1, date="2026-11-02", chain=True),
                                                         event(2, date="2026-11-03", params={"nnodes": 10_000})]})
     assert newest_event(both)["date"] == "2026-11-02"
     monkeypatch.setenv("AIGC_ALLOWED_ROOTS", str(tmp_path / "elsewhere"))
@@ -198,3 +198,20 @@ def test_an_event_no_aigc_task_published_may_not_name_a_model_version_or_a_run(t
     assert by_rest == {"date": "2026-11-01", "chain": True, "params": {"preset": "demo"}}
     by_deploy = newest_event(context({deployable: [event(1, source="aigc_deploy", **posted)]}, dag_id="aigc_generate"))
     assert by_deploy["version"] == "v0001" and by_deploy["run_id"] == "20261101T000000Z-abc"
+
+
+def test_a_forms_workload_settings_reach_the_config_and_a_bad_one_fails_the_run_before_it_reads():
+    import pytest
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from aigc_airflow.runtime import pipeline_config
+
+    ok = context(run_type="manual", params={"preset": "demo", "workload": "text", "settings": {"context": 2048}})
+    assert pipeline_config(run_params(ok)).workload.settings.context == 2048
+    bad = context(run_type="manual", params={"preset": "demo", "workload": "text", "settings": {"layers": 0}})
+    with pytest.raises(AirflowFailException, match=r"'settings' = \{'layers': 0\} is refused: TextSettings.layers "
+                                                   r"must be in \[1, 64\]"):
+        run_params(bad)
+    wrong = context(run_type="manual", params={"preset": "demo", "workload": "image", "settings": {"context": 8}})
+    with pytest.raises(AirflowFailException, match="workload 'image' has no settings of its own"):
+        run_params(wrong)

@@ -144,3 +144,18 @@ def test_a_prompt_file_comes_from_the_lake_only_in_either_of_its_url_forms(tmp_p
         check_request({"prompts_uri": ok}, p)
     with pytest.raises(Refused, match="the lake"):  # a raw drop may come from there, a prompt file may not
         check_request({"prompts_uri": str(tmp_path / "producers" / "x.jsonl")}, p)
+
+
+def test_a_forms_workload_settings_are_a_small_object_of_named_scalars():
+    policy = AccessPolicy.operator()
+    assert check_request({"settings": {"context": 2048, "note": "x"}}, policy)["settings"] == {"context": 2048,
+                                                                                               "note": "x"}
+    assert check_request({"settings": None}, policy)["settings"] is None  # the preset's
+    for bad in ("2048", [2048], {"context": [1, 2]}, {"not a name": 1}, {"x": "y" * 1001},
+                {f"s{i}": i for i in range(65)}):
+        with pytest.raises(Refused, match="'settings' = .* is refused: a JSON object of at most 64"):
+            check_request({"settings": bad}, policy)
+    from aigc.config.form import config_changes
+
+    assert config_changes({"settings": {"context": 2048}, "train_steps": 7}) == {
+        "workload": {"settings": {"context": 2048}}, "train": {"steps": 7}}

@@ -208,3 +208,37 @@ def test_the_form_table_maps_a_runs_values_onto_the_config_and_knows_its_stages(
     assert len({f.param for f in FORM}) == len(FORM)
     with pytest.raises(ValueError, match="unknown stage"):
         fields_of(["publish"])
+
+
+def test_a_workloads_own_settings_are_typed_merged_and_checked_by_its_class():
+    from aigc.stages import configure
+    from aigc.workloads.text.config import TextSettings
+
+    demo = configure("demo", "text")
+    assert isinstance(demo.workload.settings, TextSettings) and demo.workload.settings.context == 4096  # its preset
+    changed = demo.override({"workload": {"settings": {"context": 2048}}})
+    own = changed.workload.settings
+    assert (own.context, own.layers) == (2048, demo.workload.settings.layers)
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['contxt'\] of workload 'text'; known: .*'context'"):
+        demo.override({"workload": {"settings": {"contxt": 2048}}})
+    with pytest.raises(ValueError, match=r"TextSettings.layers must be in \[1, 64\], got 0 \(set with --layers on the "
+                                         r"`aigc` commands that take it with --workload text, the trigger form's "
+                                         r"'settings' field"):
+        demo.override({"workload": {"settings": {"layers": 0}}})
+    with pytest.raises(ValueError, match="workload 'image' has no settings of its own; got \\['context'\\]"):
+        preset("demo").override({"workload": {"settings": {"context": 2048}}})
+    assert PipelineConfig().override({"workload": {"settings": {}}}).workload.settings is None
+
+
+def test_the_cli_offers_the_chosen_workloads_own_flags_and_sets_its_settings_with_them():
+    from aigc import cli
+    from aigc.workloads import load_workload
+
+    text = cli.build_parser(load_workload("text"))
+    args = text.parse_args(["train", "--workload", "text", "--date", "2026-11-20", "--context", "2048"])
+    assert cli._config(args).workload.settings.context == 2048
+    image = cli.build_parser(load_workload("image"))
+    with pytest.raises(SystemExit):  # the image workload has no such setting: argparse refuses the flag
+        image.parse_args(["train", "--date", "2026-11-20", "--context", "2048"])
+    assert cli._flags_workload(["train", "--workload", "text", "--date", "2026-11-20"]).name == "text"
+    assert cli._flags_workload(["train", "--workload", "no_such_pkg:X", "--date", "2026-11-20"]) is None

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aigc.config._checks import RESOLUTIONS
+from aigc.config._checks import _check_order as check_order
+from aigc.config._checks import _check_range as check_range
 from aigc.config.data import CuratedGateThresholds, PrepareConfig, RawDropConfig
 from aigc.config.evaluation import EvaluateConfig, EvaluationGateThresholds
 from aigc.config.operations import DATE_LEASE_TTL  # here, not in aigc.lake.lease: the DAG files read it
@@ -23,7 +25,6 @@ from aigc.config.serving import (
     GenerateConfig,
     GenerateGateThresholds,
 )
-from aigc.config.text import TextConfig
 from aigc.config.training import GRAD_COMPRESSIONS, PRECISIONS, SPLITS, ModelConfig, TrainConfig, TrainingGateThresholds
 from aigc.config.workload import WorkloadConfig
 
@@ -32,10 +33,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DATE_LEASE_TTL", "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "RESOLUTIONS", "SPLITS", "VARIANTS",
+    "check_order", "check_range",
     "BatchingConfig",
     "CuratedGateThresholds", "DeployConfig", "DeployGateThresholds", "EvaluateConfig", "EvaluationGateThresholds",
     "GenerateConfig", "GenerateGateThresholds", "ModelConfig", "PipelineConfig", "PrepareConfig", "RawDropConfig",
-    "TextConfig", "TrainConfig", "TrainingGateThresholds", "WorkloadConfig", "preset",
+    "TrainConfig", "TrainingGateThresholds", "WorkloadConfig", "preset",
 ]
 
 
@@ -57,8 +59,6 @@ class PipelineConfig:
     generate_gate: GenerateGateThresholds = field(default_factory=GenerateGateThresholds)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     evaluate_gate: EvaluationGateThresholds = field(default_factory=EvaluationGateThresholds)
-    text: TextConfig = field(default_factory=TextConfig)
-    """The text workload's own settings (unused by the others)."""
 
     def override(self, changes: dict[str, dict[str, Any]]) -> PipelineConfig:
         """``{"raw": {"n": 500}}`` → a new config; unknown sections or fields are an error."""
@@ -67,16 +67,33 @@ class PipelineConfig:
             sections = [f.name for f in dataclasses.fields(self)]
             if section not in sections:
                 raise ValueError(f"unknown config section {section!r}; known: {sections}")
-            current = getattr(self, section)
+            current = updated.get(section, getattr(self, section))
             known = {f.name for f in dataclasses.fields(current)}
             unknown = set(values) - known
             if unknown:
                 raise ValueError(f"unknown {section} setting(s) {sorted(unknown)}; known: {sorted(known)}")
+            if section == "workload" and isinstance(values.get("settings"), dict):
+                values = {**values, "settings": _merged_settings(current, values["settings"])}
             updated[section] = dataclasses.replace(current, **values)
         return dataclasses.replace(self, **updated)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _merged_settings(workload: WorkloadConfig, changes: dict[str, Any]) -> Any:
+    """The workload's settings with ``changes`` (a form's or a preset's dict) applied, checked by their class."""
+    current = workload.settings
+    if current is None:
+        if not changes:
+            return None
+        raise ValueError(f"workload {workload.name!r} has no settings of its own; got {sorted(changes)} (its "
+                         "settings_class names what it has)")
+    known = {f.name for f in dataclasses.fields(current)}
+    unknown = set(changes) - known
+    if unknown:
+        raise ValueError(f"unknown setting(s) {sorted(unknown)} of workload {workload.name!r}; known: {sorted(known)}")
+    return dataclasses.replace(current, **changes)
 
 
 def _demo() -> PipelineConfig:
@@ -124,6 +141,8 @@ def preset(name: str, workload: Workload | None = None) -> PipelineConfig:
         cfg = PRESETS[name]()
     except KeyError:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}") from None
-    if workload is None or workload.name == cfg.workload.name:
+    if workload is None:
         return cfg
-    return cfg.override({"workload": {"name": workload.name}, **workload.config_overrides(name)})
+    settings = workload.settings_class() if workload.settings_class else None
+    cfg = cfg.override({"workload": {"name": workload.name, "settings": settings}})
+    return cfg.override(workload.config_overrides(name))

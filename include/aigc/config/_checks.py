@@ -13,10 +13,13 @@ def _check_range(obj: object, name: str, lo: float, hi: float) -> None:
 
 def _where(obj: object, name: str) -> str:
     """' (set with …)': where a user changes the field, for the classes the pipeline configures."""
-    from aigc.config.form import SECTIONS, how_to_set
+    from aigc.config.form import SECTIONS, how_to_set, how_to_set_setting
 
     section = SECTIONS.get(type(obj).__name__)
-    return f" (set with {how_to_set(section, name)})" if section else ""
+    if section:
+        return f" (set with {how_to_set(section, name)})"
+    workload = getattr(type(obj), "workload", None)  # a workload's settings class names its workload
+    return f" (set with {how_to_set_setting(workload, name)})" if isinstance(workload, str) else ""
 
 
 def _check_order(obj: object, low: str, high: str) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from aigc.config import PRESETS
-from aigc.config.form import BY_PARAM, FormField
+from aigc.config.form import BY_PARAM, SETTINGS, FormField
 from aigc.config.workload import BUILT_IN, NAME_PATTERN, WorkloadConfig
 
 ROOTS, WORKLOADS = "AIGC_ALLOWED_ROOTS", "AIGC_ALLOWED_WORKLOADS"
@@ -149,6 +149,7 @@ def check_request(values: Mapping[str, Any], policy: AccessPolicy) -> dict[str, 
     if preset is not None and preset not in PRESETS:
         raise Refused("preset", preset, f"choose one of {list(PRESETS)}")
     _check_workload(out.get("workload"), policy)
+    _check_settings(out.get(SETTINGS))
     for name, value in list(out.items()):
         f = BY_PARAM.get(name)
         if f is None or value is None:
@@ -172,6 +173,22 @@ def check_request(values: Mapping[str, Any], policy: AccessPolicy) -> dict[str, 
         if name in URI_FIELDS:
             _check_location(name, value, policy)
     return out
+
+
+MAX_SETTINGS = 64
+
+
+def _check_settings(value: Any) -> None:
+    """The form's workload settings: a JSON object of named scalars (the workload's settings class checks each when
+    the run builds its configuration; a bad one fails the run before anything is read or written)."""
+    if value is None:
+        return
+    scalar = (bool, int, float, str)
+    if not (isinstance(value, dict) and len(value) <= MAX_SETTINGS and all(
+            isinstance(k, str) and k.isidentifier() and isinstance(v, scalar)
+            and (not isinstance(v, str) or len(v) <= 1000) for k, v in value.items())):
+        raise Refused(SETTINGS, value, f"a JSON object of at most {MAX_SETTINGS} of the workload's own settings, each "
+                                       'a number, a boolean or a short string, e.g. {"context": 2048}')
 
 
 def _check_workload(name: Any, policy: AccessPolicy) -> None:

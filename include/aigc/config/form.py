@@ -137,9 +137,16 @@ def fields_of(stages: tuple[str, ...] | list[str]) -> list[FormField]:
     return [f for f in FORM if f.stage in stages and (f.in_all_stages or not every)]
 
 
+SETTINGS = "settings"
+"""The form field (every DAG's) holding the chosen workload's own settings as a JSON object (``cfg.workload.settings``):
+a workload brings settings without a field of its own in this table."""
+
+
 def config_changes(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A run's form values → PipelineConfig.override changes (empty values and switches left out)."""
     changes: dict[str, dict[str, Any]] = {}
+    if values.get(SETTINGS):
+        changes["workload"] = {"settings": dict(values[SETTINGS])}
     for param, value in values.items():
         field = BY_PARAM.get(param)
         if field is None or field.config is None or value is None:
@@ -156,12 +163,18 @@ SECTIONS = {"WorkloadConfig": "workload", "RawDropConfig": "raw", "PrepareConfig
             "CuratedGateThresholds": "curated_gate", "ModelConfig": "model", "TrainConfig": "train",
             "TrainingGateThresholds": "train_gate", "DeployConfig": "deploy", "DeployGateThresholds": "deploy_gate",
             "BatchingConfig": "batching", "GenerateConfig": "generate", "GenerateGateThresholds": "generate_gate",
-            "EvaluateConfig": "evaluate", "EvaluationGateThresholds": "evaluate_gate", "TextConfig": "text"}
+            "EvaluateConfig": "evaluate", "EvaluationGateThresholds": "evaluate_gate"}
 # The `aigc` command whose flags include a section's fields (the workload's flag is on every command).
 COMMANDS = {"workload": "…", "raw": "make-raw", "prepare": "prepare", "curated_gate": "prepare", "model": "train",
             "train": "train", "train_gate": "train", "deploy": "deploy", "deploy_gate": "deploy",
             "batching": "generate", "generate": "generate", "generate_gate": "generate", "evaluate": "evaluate",
-            "evaluate_gate": "evaluate", "text": "make-raw|prepare|train"}
+            "evaluate_gate": "evaluate"}
+
+
+def how_to_set_setting(workload: str, name: str) -> str:
+    """Every place a workload's own setting ``name`` can be changed, in words."""
+    return (f"--{name.replace('_', '-')} on the `aigc` commands that take it with --workload {workload}, the trigger "
+            f"form's 'settings' field ({{\"{name}\": …}}), or workload.settings.{name} in a preset")
 
 
 def how_to_set(section: str, name: str) -> str:

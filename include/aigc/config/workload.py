@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 NAME_PATTERN = r"^[A-Za-z_][\w.-]*(:[A-Za-z_]\w*)?$"
 """A plain name, or ``package.module:ATTRIBUTE`` (the trigger form checks the same pattern)."""
@@ -16,6 +17,9 @@ parse time name them without importing one)."""
 class WorkloadConfig:
     name: str = "image"
     """``image`` (built in), an entry point of the ``aigc.workloads`` group, or ``package.module:ATTRIBUTE``."""
+    settings: Any = None
+    """The workload's own settings: an instance of its ``settings_class`` (a frozen dataclass that checks its
+    fields), set by the preset for that workload; None for a workload without settings."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.match(NAME_PATTERN, self.name):

@@ -13,6 +13,7 @@ from aigc.lake import LocalLake
 from aigc.stages import configure
 from aigc.workloads import load_workload, workload_of
 from aigc.workloads.text import corpus
+from aigc.workloads.text.config import TextSettings
 from aigc.workloads.text.model import TextLM
 from aigc.workloads.text.records import TextRecords, clean_fraction, normalise
 from aigc.workloads.text.tokenizer import train_tokenizer
@@ -64,7 +65,7 @@ def test_stage_1_quarantines_each_planted_defect_with_its_reason_and_loses_nothi
 
 
 def test_normalisation_makes_a_resaved_copy_equal_and_the_checks_name_the_limit():
-    rules = TextRecords(PipelineConfig().text)
+    rules = TextRecords(TextSettings())
 
     base = {"id": "a", "source": "s", "created_at": "t"}
     text = "Log a.\nItem 1: a small red circle at the top.\nItem 2: a large blue square on the left."
@@ -117,8 +118,8 @@ def test_costs_grow_faster_than_length_and_stop_at_the_context():
 def tiny(cfg: PipelineConfig) -> PipelineConfig:
     return cfg.override({"train": {"steps": 12, "eval_every": 6, "checkpoint_every": 6, "batch_size": 8,
                                    "warmup_steps": 2, "lr": 1e-2, "nproc": 1, "threads": 1},
-                         "text": {"context": 128, "layers": 1, "width": 32, "heads": 2, "vocab_size": 300,
-                                  "new_tokens": 8},
+                         "workload": {"settings": {"context": 128, "layers": 1, "width": 32, "heads": 2,
+                                                  "vocab_size": 300, "new_tokens": 8}},
                          "deploy": {"variants": "fp32,bf16,int8", "smoke_prompts": 4, "latency_batch": 4,
                                     "latency_repeats": 1}})
 
@@ -152,8 +153,9 @@ def test_the_core_loop_trains_the_text_model_and_resumes_only_with_the_same_sett
     assert card["model"]["context"] == 128 and '"vocab"' in card["tokenizer"]
     again = train_rank(lake, DATE, cfg, SOLO_RUN, solo, workload_of(cfg))  # a retry: nothing left to train
     assert again["resumed_from_step"] == 12 and again["weights_sha256"] == summary["weights_sha256"]
-    with pytest.raises(ResumeMismatch, match=r"text: checkpoint .*'context': 128.*now .*'context': 64"):
-        train_rank(lake, DATE, cfg.override({"text": {"context": 64}}), SOLO_RUN, solo, workload_of(cfg))
+    shorter = cfg.override({"workload": {"settings": {"context": 64}}})
+    with pytest.raises(ResumeMismatch, match=r"settings: checkpoint .*'context': 128.*now .*'context': 64"):
+        train_rank(lake, DATE, shorter, SOLO_RUN, solo, workload_of(cfg))
 
 
 @pytest.fixture(scope="module")
@@ -217,8 +219,9 @@ def test_stage_4_answers_every_prompt_once_refuses_the_blocked_and_caches(deploy
         if r["status"] == "refused":
             assert r["text"] is None and "blocked term" in r["reason"]
         else:
-            assert isinstance(r["text"], str) and 0 <= r["new_tokens"] <= cfg.text.new_tokens
-            assert r["prompt_tokens"] <= cfg.text.context - cfg.text.new_tokens  # kept its last tokens only
+            own = cfg.workload.settings
+            assert isinstance(r["text"], str) and 0 <= r["new_tokens"] <= own.new_tokens
+            assert r["prompt_tokens"] <= own.context - own.new_tokens  # kept its last tokens only
     again = GENERATE.plan(lake, DATE, cfg, demo_prompts=True, prompts_key=plan["prompts_key"])
     for shard in again["shards"]:
         GENERATE.shard(lake, again, shard, cfg)

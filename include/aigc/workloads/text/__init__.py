@@ -10,10 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 from aigc.workload import Workload
+from aigc.workloads.text.config import TextSettings
 
 
 class TextWorkload(Workload):
     name = "text"
+    settings_class = TextSettings
+    cli_settings = {"make-raw": ("mean_items", "max_items"),
+                    "prepare": ("min_chars", "max_chars", "min_clean_fraction", "shingle_words"),
+                    "train": ("vocab_size", "layers", "width", "heads", "context")}
     description = "long documents → a decoder-only transformer with rotary positions and a KV cache"
     index_columns = ("bytes",)
     loss_title = "training: next-token cross-entropy (nats per token)"
@@ -41,7 +46,8 @@ class TextWorkload(Workload):
             # demo: a 4,096-token context, so the demo's long prompts (up to ~4,500 tokens) are in distribution and
             # recall can be asked from 4,096 tokens back (training ~8 min on 2 cores, 4× the 512 context's);
             # smoke: 512, a deployment check.
-            changes["text"] = {"context": 4096 if preset == "demo" else 512, "layers": 2, "width": 128}
+            changes["workload"] = {"settings": {"context": 4096 if preset == "demo" else 512, "layers": 2,
+                                                "width": 128}}
             changes["train"].update({"steps": 300, "eval_every": 100, "checkpoint_every": 100} if preset == "demo"
                                     else {"steps": 40, "eval_every": 20, "checkpoint_every": 20})
             if preset == "smoke":  # a deployment check: the quality bars are off, the ledger and safety ones on
@@ -51,13 +57,10 @@ class TextWorkload(Workload):
                 changes["generate"].update({"prompts": 16})
         return changes
 
-    def settings(self, cfg):
-        return {"text": cfg.text.__dict__}
-
     def sample_costs(self, columns, cfg):
         # Tokens ≈ bytes / 4 (the BPE is not learnt yet), cut at the context; per token a block costs ~12·width²
         # multiply-adds in its linear layers and ~2·L·width in attention: cost ∝ L · (6·width + L).
-        t = cfg.text
+        t = cfg.workload.settings
         tokens = np.minimum(np.asarray(columns["bytes"], dtype=np.float64) / 4 + 1, t.context + 1)
         return tokens * (6 * t.width + tokens)
 
@@ -107,7 +110,7 @@ class TextWorkload(Workload):
         generated = rows[rows["status"] == "generated"]
         empty = float((generated["text"].str.strip() == "").mean()) if len(generated) else 0.0
         return rows, [gxe.ExpectColumnValuesToBeBetween(column="new_tokens", min_value=0,
-                                                        max_value=cfg.text.new_tokens)], \
+                                                        max_value=cfg.workload.settings.new_tokens)], \
             {"empty_fraction": (empty, thresholds.max_blank_fraction)}
 
     def evaluate(self, lake, generation, cfg, run_id):
@@ -128,12 +131,12 @@ class TextWorkload(Workload):
     def records(self, cfg):
         from aigc.workloads.text.records import TextRecords
 
-        return TextRecords(cfg.text if cfg is not None else None)
+        return TextRecords(cfg.workload.settings if cfg is not None else None)
 
     def make_raw_drop(self, raw, date, cfg):
         from aigc.workloads.text.corpus import make_text_drop
 
-        return make_text_drop(raw, date, cfg.raw, cfg.text)
+        return make_text_drop(raw, date, cfg.raw, cfg.workload.settings)
 
 
 TEXT = TextWorkload()

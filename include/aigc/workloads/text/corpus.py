@@ -65,7 +65,7 @@ def item_count(rng: random.Random, mean_items: float, max_items: int) -> int:
 
 
 def make_text_drop(raw: Lake, date: str | dt.date, cfg, text) -> dict:
-    """Write the drop for ``date`` under ``raw`` (``cfg``: RawDropConfig; ``text``: TextConfig); return counts."""
+    """Write the drop for ``date`` under ``raw`` (``cfg``: RawDropConfig; ``text``: TextSettings); return counts."""
     date = parse_date(date)
     prefix = join(f"dt={date.isoformat()}")
     raw.delete_prefix(prefix)

@@ -44,9 +44,9 @@ def run_shard(lake, plan: dict, prompts: list[dict], cfg, workload) -> tuple[lis
     todo, keys = [], {}
     for i, p in enumerate(prompts):
         term = blocked_term(p["prompt"], cfg.prepare.blocklist)
-        if term or len(p["prompt"]) > cfg.text.max_chars:
+        if term or len(p["prompt"]) > cfg.workload.settings.max_chars:
             reason = f"blocked term {term!r}" if term else \
-                f"prompt longer than max_chars={cfg.text.max_chars} (got {len(p['prompt'])})"
+                f"prompt longer than max_chars={cfg.workload.settings.max_chars} (got {len(p['prompt'])})"
             rows[i] = row(p, status="refused", reason=reason)
             continue
         k = cache_key(plan["version"], plan["variant"], p["prompt"], new)

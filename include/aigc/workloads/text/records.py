@@ -2,7 +2,7 @@
 
 Normalisation is Unicode NFC, ``\\r\\n`` → ``\\n``, trailing spaces dropped from every line and blank
 lines at either end: two copies of a document that differ only in how they were saved are one (an
-exact duplicate). Near duplicates share word shingles (``TextConfig.shingle_words`` words): MinHash-LSH
+exact duplicate). Near duplicates share word shingles (``TextSettings.shingle_words`` words): MinHash-LSH
 proposes candidates and the configured similarity decides (``aigc.prepare.records``).
 """
 
@@ -47,9 +47,9 @@ class TextRecords(PerRecordRules):
     stats_columns = ("chars", "words")
 
     def __init__(self, text_cfg=None):
-        from aigc.config import TextConfig
+        from aigc.workloads.text.config import TextSettings
 
-        self.text = text_cfg or TextConfig()
+        self.text = text_cfg or TextSettings()
 
     def examine(self, record, attachment, cfg):
         t = self.text

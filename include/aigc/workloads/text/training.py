@@ -27,7 +27,7 @@ CHARS_PER_TOKEN_BOUND = 8
 
 class TextTrainingTask(TrainingTask):
     def __init__(self, lake, index, cfg):
-        self.lake, self.index, self.text = lake, index, cfg.text
+        self.lake, self.index, self.text = lake, index, cfg.workload.settings
         self._shard_texts: OrderedDict[int, list[str]] = OrderedDict()
         self._encoded: OrderedDict[int, np.ndarray] = OrderedDict()
         self.read_shards = 0

@@ -1,15 +1,20 @@
-"""The text workload's settings (``aigc.workloads.text``): its documents, tokenizer and model."""
+"""The text workload's own settings (``cfg.workload.settings`` when the workload is ``text``): its documents,
+tokenizer and model."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from aigc.config._checks import _check_order, _check_range
 
 
 @dataclass(frozen=True)
-class TextConfig:
-    """Long documents → a small decoder-only transformer. Used only when the workload is ``text``."""
+class TextSettings:
+    """Long documents → a small decoder-only transformer."""
+
+    workload: ClassVar[str] = "text"
+    """Whose settings these are: error messages name the flags and the form field that set them."""
 
     min_chars: int = 40
     """Documents shorter than this after normalisation are quarantined (``text_too_short``)."""
@@ -43,7 +48,7 @@ class TextConfig:
         _check_range(self, "width", 16, 8192)
         _check_range(self, "heads", 1, 256)
         if self.width % self.heads or (self.width // self.heads) % 2:
-            raise ValueError(f"TextConfig.width ({self.width}) must split into {self.heads} heads of an even "
+            raise ValueError(f"TextSettings.width ({self.width}) must split into {self.heads} heads of an even "
                              "width (rotary positions rotate pairs)")
         _check_range(self, "context", 16, 1 << 20)
         _check_range(self, "new_tokens", 1, 1 << 16)
