@@ -54,7 +54,7 @@ import torch
 from provenance import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.training_fixtures: the shipped demo model, registered
+sys.path.insert(0, str(ROOT))  # bench.batching_policies, bench.paths: imported as a package
 
 from aigc.batching import CpuPeaks, CudaPeaks, PeakMeter, ReportedPeaks  # noqa: E402
 from aigc.batching.adaptive import is_oom  # noqa: E402
@@ -267,7 +267,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workloads = []
         if "image" in args.workloads:
-            from tests.training_fixtures import install_demo_model
+            from demo_model import install_demo_model
 
             lake = install_demo_model(Path(tmp) / "lake")  # installed once (its calibration takes seconds)
             workloads += [("image", image_workload(n, lake)) for n in args.image_items]

@@ -7,10 +7,39 @@ from collections.abc import Callable
 
 import torch
 
-from aigc.batching import AdaptiveBatcher, MemoryModel, PeakMeter, plan_batches
+from aigc.batching import AdaptiveBatcher, MemoryModel, PeakMeter
 from aigc.batching.adaptive import is_oom
 
 WIDTH = 64
+
+
+# The token-budget planner a user would write (the strongest simple baseline on long-tailed lengths): a baseline,
+# so it lives here, not in aigc.batching, which serves the pipeline.
+def plan_batches(lengths: list[int], model: MemoryModel, budget_bytes: float, max_batch: int) -> list[list[int]]:
+    """Index lists, each predicted to fit ``budget_bytes``: items sorted by length (longest first,
+    ties in input order), a batch closed when the next item would break the budget or
+    ``max_batch``. An item too large even alone gets a batch of its own (the batcher reports it)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        trial = [*current, i]
+        if current and (len(trial) > max_batch or model.predict([lengths[j] for j in trial]) > budget_bytes):
+            batches.append(current)
+            trial = [i]
+        current = trial
+    if current:
+        batches.append(current)
+    return batches
+
+
+def restore_order(batches: list[list[int]], results: list[list]) -> list:
+    """Per-batch results back in the items' input order."""
+    out: list = [None] * sum(len(b) for b in batches)
+    for batch, rows in zip(batches, results, strict=True):
+        for i, row in zip(batch, rows, strict=True):
+            out[i] = row
+    return out
 
 
 def batches_with_retry(run: Callable, batches: list[list[int]], n: int) -> list[int]:

@@ -30,12 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+from demo_model import DEMO_MODEL, install_demo_model  # noqa: E402
 from paths import results_path
 from provenance import write_results  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.training_fixtures: the shipped demo model, registered
-from tests.training_fixtures import DEMO_MODEL, install_demo_model  # noqa: E402
 
 RESULTS = results_path("variants.json")  # bench/results, or $AIGC_BENCH_RESULTS
 DATE = "2026-11-28"

@@ -80,8 +80,9 @@ def test_a_block_names_its_files_provenance_and_says_when_a_file_is_missing(tmp_
     (tmp_path / "make_test.json").write_text('{"wall_s": 900, "setup_s": 60, "tests": 3, "passed": 2, "skipped": 1, '
                                              '"provenance": {"host": "h", "date": "2026-12-05T00:00:00", '
                                              '"commit": "abc"}}')
-    assert summary.make_test_md() == ("`make test` on a fresh clone took 15.0 min (3 tests: 2 passed, 1 skipped; the "
-                                      "install 1.0 min of it) on h; 2026-12-05; commit abc; the budget is 15 min.")
+    assert summary.make_test_md() == ("`make test` on a fresh clone took 15.0 min: the install 1.0 min, then 3 tests "
+                                      "(2 passed, 1 skipped) in 14.0 min, against a budget of 15; on h; 2026-12-05; "
+                                      "commit abc.")
 
 
 def test_a_recommendation_among_models_that_learned_nothing_gives_no_verdict():

@@ -6,9 +6,8 @@ import sys
 import pytest
 import torch
 
-from aigc.batching import AdaptiveBatcher, ItemTooLarge, MemoryModel, ReportedPeaks, plan_batches
+from aigc.batching import AdaptiveBatcher, ItemTooLarge, MemoryModel, ReportedPeaks
 from aigc.batching.faults import SimulatedOOM
-from aigc.batching.planner import restore_order
 from aigc.batching.probe import DeviceProbe
 
 WIDTH = 64
@@ -39,21 +38,6 @@ def echo_runner(lengths, accountant, calls, clock=None, overhead_s=0.0, per_item
         calls.append(list(batch))
         return [f"out-{i}" for i in batch]
     return run
-
-
-def test_the_planner_never_exceeds_the_budget_in_a_simulated_accountant():
-    lengths = long_tailed_lengths()
-    model = MemoryModel(width=WIDTH)
-    budget = 4 * 64 * (WIDTH**2 + 64**2)
-    batches = plan_batches(lengths, model, budget, max_batch=128)
-    accountant = SimulatedOOM(truth=model, capacity_bytes=budget)
-    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    for batch in batches:
-        if len(batch) > 1:
-            accountant.check([lengths[i] for i in batch])  # raises if a planned batch would not fit
-    assert max(len(b) for b in batches) > 1 and not accountant.raised
-    rows = restore_order(batches, [[f"r{i}" for i in b] for b in batches])
-    assert rows == [f"r{i}" for i in range(len(lengths))]
 
 
 def test_injected_oom_at_a_rate_loses_and_repeats_nothing_and_the_size_recovers():
