@@ -56,10 +56,7 @@ def main() -> int:
     result = {"bench": "make_test", "wall_s": round(setup_s + suite_s, 1), "setup_s": round(setup_s, 1),
               "suite_s": round(suite_s, 1), **counts(output), "passed_suite": rc == 0}
     result["tests"] = result["passed"] + result["failed"] + result["skipped"] + result["error"]
-    write_results(RESULTS, result)
-    # The stamp names the working copy's commit; the clone's is the one measured.
-    text = RESULTS.read_text()
-    RESULTS.write_text(re.sub(r'"commit": "[^"]*"', f'"commit": "{commit}"', text))
+    write_results(RESULTS, result, measured_commit=commit)  # the clone's, not this checkout's
     print(f"make test: {result['wall_s'] / 60:.1f} min on {commit} ({result['tests']} tests, exit {rc}); "
           f"{'kept ' + str(clone) if args.keep else 'clone removed'}")
     if not args.keep:

@@ -67,14 +67,17 @@ def commit() -> str:
     return head + ("+changes" if dirty else "")
 
 
-def stamp() -> dict:
-    return {"host": machine(), "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "commit": commit()}
+def stamp(measured_commit: str | None = None) -> dict:
+    return {"host": machine(), "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "commit": measured_commit or commit()}
 
 
-def write_results(path: Path, result, indent: int = 2) -> None:
-    """``result`` as JSON at ``path`` with this run's provenance (a list is kept whole under ``rows``)."""
+def write_results(path: Path, result, indent: int = 2, measured_commit: str | None = None) -> None:
+    """``result`` as JSON at ``path`` with this run's provenance (a list is kept whole under ``rows``);
+    ``measured_commit``: the commit measured, where it is not this checkout's (a fresh clone's)."""
     body = result if isinstance(result, dict) else {"rows": result}
-    Path(path).write_text(json.dumps({**body, KEY: stamp()}, indent=indent, ensure_ascii=False) + "\n")
+    Path(path).write_text(json.dumps({**body, KEY: stamp(measured_commit)}, indent=indent, ensure_ascii=False)
+                          + "\n")
 
 
 def provenance_of(result) -> str:

@@ -174,6 +174,7 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
     from aigc.evaluate.runs import latest_generation
     from aigc.lake.publish import new_run_id
     from aigc.stages import EVALUATE
+
     cfg = _config(args)
     lake = open_lake(args.lake)
     generation = latest_generation(lake, cfg.model.name, args.date, args.generation_run)

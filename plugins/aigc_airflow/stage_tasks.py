@@ -453,6 +453,7 @@ def evaluate_tasks():
             """The generation run to judge: the one the newest event names, else this run's own (aigc_pipeline),
             else the date's newest (a run started by hand)."""
             from aigc.evaluate.runs import latest_generation
+
             context, cfg, lake, date = run_config()
             if event := newest_event(context):
                 return latest_generation(lake, event["model"], event["date"], event["run_id"])

@@ -67,14 +67,10 @@ class PipelineConfig:
             sections = [f.name for f in dataclasses.fields(self)]
             if section not in sections:
                 raise ValueError(f"unknown config section {section!r}; known: {sections}")
-            current = updated.get(section, getattr(self, section))
-            known = {f.name for f in dataclasses.fields(current)}
-            unknown = set(values) - known
-            if unknown:
-                raise ValueError(f"unknown {section} setting(s) {sorted(unknown)}; known: {sorted(known)}")
+            current = getattr(self, section)
             if section == "workload" and isinstance(values.get("settings"), dict):
                 values = {**values, "settings": _merged_settings(current, values["settings"])}
-            updated[section] = dataclasses.replace(current, **values)
+            updated[section] = _replaced(current, values, f"unknown {section} setting(s) {{unknown}}; known: {{known}}")
         return dataclasses.replace(self, **updated)
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,10 +85,17 @@ def _merged_settings(workload: WorkloadConfig, changes: dict[str, Any]) -> Any:
             return None
         raise ValueError(f"workload {workload.name!r} has no settings of its own; got {sorted(changes)} (its "
                          "settings_class names what it has)")
+    return _replaced(current, changes,
+                     f"unknown setting(s) {{unknown}} of workload {workload.name!r}; known: {{known}}")
+
+
+def _replaced(current: Any, changes: dict[str, Any], unknown_message: str) -> Any:
+    """The dataclass ``current`` with ``changes`` (checked by its class); a name it lacks is an error
+    (``unknown_message`` with ``{unknown}`` and ``{known}``)."""
     known = {f.name for f in dataclasses.fields(current)}
     unknown = set(changes) - known
     if unknown:
-        raise ValueError(f"unknown setting(s) {sorted(unknown)} of workload {workload.name!r}; known: {sorted(known)}")
+        raise ValueError(unknown_message.format(unknown=sorted(unknown), known=sorted(known)))
     return dataclasses.replace(current, **changes)
 
 

@@ -52,6 +52,7 @@ class Evaluation:
     def of(cls, lake, generation: dict, run_id: str) -> Evaluation:
         from aigc.evaluate.runs import evaluation_prefix, generated_rows
         from aigc.registry import Registry
+
         started = time.perf_counter()
         date, model = parse_date(generation["date"]).isoformat(), generation["model"]
         registry = Registry(lake, model)

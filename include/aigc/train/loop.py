@@ -120,6 +120,7 @@ class RankRun:
         self.val_mine = val_idx[ctx.rank::ctx.world]
         self.clock = BusyClock(ctx.device)
         self.ddp = self.health = None
+        self.flagged_steps = 0
         self.epoch, self.epoch_plan, self.batches, self.batches_iter = -1, None, None, None
 
     def resume(self) -> None:
