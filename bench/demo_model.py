@@ -31,8 +31,8 @@ def install_demo_model(root: Path) -> LocalLake:
         if path.suffix in (".safetensors", ".json", ".parquet", ".png"):
             lake.put_bytes(join(run, path.name), path.read_bytes())
     publish_trained(lake, "shapes-cvae", date, run_id)
-    cfg = preset("demo")
+    cfg = preset("demo", IMAGE)
     version = register_trained(lake, "shapes-cvae", date)["version"]
     build_variants(lake, "shapes-cvae", version, cfg.deploy)
-    smoke_test(lake, "shapes-cvae", version, cfg.deploy_gate, date, IMAGE)
+    smoke_test(lake, "shapes-cvae", version, cfg, date, IMAGE)
     return lake

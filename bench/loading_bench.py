@@ -82,7 +82,7 @@ def write_objects(lake, index) -> None:
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda pair: lake.put_bytes(f"objects/{pair[0]}.png", pair[1]),
                           zip(table.column("id").to_pylist(), table.column("image").to_pylist(), strict=True)))
-    lake.put_json("objects/index.json", {"ids": index.ids, "captions": index.captions})
+    lake.put_json("objects/index.json", {"ids": index.ids, "captions": index.columns["caption"]})
 
 
 class ObjectLoader:
@@ -139,7 +139,7 @@ def loop_rate(lake, cfg, mode: str, batches, device: str = "cpu") -> float:
     torch.manual_seed(0)
     model = task.build_model().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    r = cfg.model.resolution
+    r = task.shape.resolution
     blank = torch.zeros(BATCH, 3, r, r)
 
     def step(batch) -> None:
@@ -203,7 +203,7 @@ def main() -> None:
             for r in range(args.repeats):
                 for where, lake in (("s3", bucket), ("folder", folder)):
                     task, _ = task_of(lake, cfg)
-                    for name, make in (("objects", ObjectLoader(lake, task, cfg.model.resolution).batch),
+                    for name, make in (("objects", ObjectLoader(lake, task, task.shape.resolution).batch),
                                        ("shards", task_of(lake, cfg)[0].batch)):
                         runs.setdefault(f"{where} {name}", []).append(read_rate(make, batches))
                         print(f"B2 n={kept} repeat {r + 1}: {where:6s} {name:7s} "

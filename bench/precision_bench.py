@@ -75,9 +75,9 @@ def probe(config: str, device_name: str, steps: int, max_s: float) -> dict:
     one warm-up step, and the memory they peak at."""
     import torch
 
-    from aigc.config import ModelConfig
     from aigc.train import distributed as D
     from aigc.train.loop import optimizer_step
+    from aigc.workloads.image.config import CVAEShape
     from aigc.workloads.image.cvae import ConditionalVAE
     from aigc.workloads.image.tokenizer import Vocab
     from aigc.workloads.world import random_scene, render
@@ -88,7 +88,7 @@ def probe(config: str, device_name: str, steps: int, max_s: float) -> dict:
         torch.set_num_threads(1)
     rng = random.Random(0)
     scenes = [random_scene(rng) for _ in range(PROBE_BATCH)]
-    cfg = ModelConfig(resolution=side)
+    cfg = CVAEShape(resolution=side)
     vocab = Vocab.build(s.caption for s in scenes)
     pixels = np.stack([np.asarray(render(s, side).convert("RGB")) for s in scenes])
     images = (torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255).to(device)
@@ -202,12 +202,14 @@ def grad_spikes(norms: list[float], skipped: list[int], window: int = SPIKE_WIND
 
 
 def config_for(config: str, steps: int):
+    """The demo preset for one configuration: its model trains at its side on the 64 px curated data (``ensure_data``:
+    the store resizes them for 32 px)."""
     from aigc.config import preset
+    from aigc.workloads.image import IMAGE
 
     side, precision = parse(config)
-    return preset("demo").override({
-        "raw": {"resolution": 64}, "prepare": {"resolution": 64},
-        "model": {"name": f"b8-{side}px-{precision}", "resolution": side},
+    return preset("demo", IMAGE).override({
+        "workload": {"settings": {"resolution": side}}, "model": {"name": f"b8-{side}px-{precision}"},
         "train": {"precision": precision, "steps": steps, "eval_every": steps, "checkpoint_every": steps}})
 
 
@@ -218,13 +220,13 @@ def ensure_data(lake, steps: int) -> None:
     from aigc.workloads.image import prepare_image
     from aigc.workloads.image.rawdrop import make_raw_drop
 
-    cfg = config_for("64/fp32", steps)
+    cfg = config_for("64/fp32", steps)  # the data at 64 px, for both sides
     try:
         resolve(lake, partition("curated", cfg.prepare.dataset, DATE))
     except NotPublished:
         raw = lake.sub(f"raw/{cfg.raw.source}")
-        make_raw_drop(raw, DATE, cfg.raw)
-        summary = prepare_image(raw, lake, DATE, cfg.prepare)
+        make_raw_drop(raw, DATE, cfg.raw, cfg.workload.settings.resolution)
+        summary = prepare_image(raw, lake, DATE, cfg.prepare, settings=cfg.workload.settings)
         publish_prepared(lake, cfg.prepare.dataset, DATE, summary["run_id"])
 
 
@@ -299,7 +301,7 @@ def recommendation(probes: dict, trained: dict, epsilon: float, confidence: floa
     apply, cli = None, None
     if chosen:
         side, precision = parse(chosen["variant"])
-        apply = {"model": {"resolution": side}, "train": {"precision": precision}}
+        apply = {"workload": {"settings": {"resolution": side}}, "train": {"precision": precision}}
         cli = f"aigc train --resolution {side} --precision {precision}"
     return {"points": points, "front": [p["variant"] for p in front], "recommended": chosen and chosen["variant"],
             "apply": apply, "cli": cli,

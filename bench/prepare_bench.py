@@ -33,6 +33,7 @@ from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake import open_lake
 from aigc.prepare.drop import drop_prefix
 from aigc.workloads.image import prepare_image
+from aigc.workloads.image.config import ImageSettings
 from aigc.workloads.image.rawdrop import make_raw_drop
 
 DATE = "2026-11-28"
@@ -40,7 +41,7 @@ BATCH = 256
 
 
 def _decode_and_hash(blobs: list[bytes]) -> int:
-    limit = PrepareConfig().max_image_pixels
+    limit = ImageSettings().max_image_pixels
     ok = 0
     for data in blobs:
         hashlib.sha256(data).hexdigest()
@@ -67,8 +68,8 @@ def bound_rows_per_s(raw, n_records: int, workers: int) -> float:
     return n_records / (time.perf_counter() - start)
 
 
-def prepare_rows_per_s(raw, lake, cfg: PrepareConfig) -> float:
-    return prepare_image(raw, lake, DATE, cfg)["rows_per_s"]
+def prepare_rows_per_s(raw, lake, cfg: PrepareConfig, settings: ImageSettings) -> float:
+    return prepare_image(raw, lake, DATE, cfg, settings=settings)["rows_per_s"]
 
 
 # Decoding processes are forkserver grandchildren, invisible to RUSAGE_CHILDREN: sample the tree.
@@ -77,6 +78,7 @@ import json, sys, threading, time, psutil
 from aigc.config import PrepareConfig
 from aigc.lake import open_lake
 from aigc.workloads.image import prepare_image
+from aigc.workloads.image.config import ImageSettings
 me, peak, done = psutil.Process(), {"total": 0, "parent": 0}, threading.Event()
 def sample():
     while not done.is_set():
@@ -92,8 +94,9 @@ def sample():
         time.sleep(0.05)
 threading.Thread(target=sample, daemon=True).start()
 lake = open_lake(sys.argv[1])
-cfg = PrepareConfig(workers=int(sys.argv[3]), resolution=int(sys.argv[4]))
-summary = prepare_image(lake.sub("raw/shapes"), lake, sys.argv[2], cfg)
+cfg = PrepareConfig(workers=int(sys.argv[3]))
+settings = ImageSettings(resolution=int(sys.argv[4]))
+summary = prepare_image(lake.sub("raw/shapes"), lake, sys.argv[2], cfg, settings=settings)
 done.set()
 print(json.dumps({"rows": summary["input"], "total_mib": peak["total"] / 2**20, "parent_mib": peak["parent"] / 2**20}))
 """
@@ -119,12 +122,12 @@ def main() -> None:
     lake = open_lake(str(root / "throughput"))
     raw = lake.sub("raw/shapes")
     print(f"making a {args.n}-record drop …", file=sys.stderr)
-    make_raw_drop(raw, DATE, RawDropConfig(n=args.n, seed=1, resolution=args.resolution))
-    cfg = PrepareConfig(workers=args.workers, resolution=args.resolution)
+    make_raw_drop(raw, DATE, RawDropConfig(n=args.n, seed=1), args.resolution)
+    cfg, settings = PrepareConfig(workers=args.workers), ImageSettings(resolution=args.resolution)
     bound, prep, ratios = [], [], []
     for i in range(args.repeats):
         b = bound_rows_per_s(raw, args.n, args.workers)
-        p = prepare_rows_per_s(raw, lake, cfg)
+        p = prepare_rows_per_s(raw, lake, cfg, settings)
         bound.append(b)
         prep.append(p)
         ratios.append(p / b)
@@ -134,7 +137,7 @@ def main() -> None:
     memory = {}
     for n in (args.memory_n, 10 * args.memory_n):
         mem_lake = open_lake(str(root / f"memory-{n}"))
-        make_raw_drop(mem_lake.sub("raw/shapes"), DATE, RawDropConfig(n=n, seed=2, resolution=args.resolution))
+        make_raw_drop(mem_lake.sub("raw/shapes"), DATE, RawDropConfig(n=n, seed=2), args.resolution)
         memory[n] = peak_rss(mem_lake.uri, args.workers, args.resolution)
         print(f"peak RSS at {n} records: {memory[n]['total_mib']:.0f} MiB in all processes, "
               f"{memory[n]['parent_mib']:.0f} MiB in the parent", file=sys.stderr)

@@ -32,9 +32,9 @@ from aigc.lake import open_lake
 from aigc.lake.keys import partition
 from aigc.lake.publish import NotPublished, resolve
 from aigc.prepare import publish_prepared
-from aigc.train.balance import balanced_plan, imbalance, naive_plan, sample_cost, step_imbalance
+from aigc.train.balance import balanced_plan, imbalance, naive_plan, step_imbalance
 from aigc.train.launch import run_training
-from aigc.workloads.image import prepare_image
+from aigc.workloads.image import prepare_image, sample_cost
 from aigc.workloads.image.rawdrop import make_raw_drop
 
 DATE = "2026-11-28"

@@ -29,6 +29,7 @@ from aigc.config import PipelineConfig
 from aigc.lake import Lake
 from aigc.lake.keys import join
 from aigc.lake.publish import new_run_id
+from aigc.stages import configuration_of
 from aigc.train.artifacts import SUMMARY, training_run_prefix
 from aigc.train.launch import thread_env
 from aigc.workloads import workload_of
@@ -89,7 +90,7 @@ def worker(plan_path: str) -> None:
     alone = dataclasses.replace(ctx, rank=0, world=1, local_rank=0, local_world=1, backend=None)
     try:
         for i, run in enumerate(plan["runs"], 1):
-            cfg = PipelineConfig().override(run["config"])
+            cfg = configuration_of(run["config"])
             started = time.perf_counter()
             if not run["solo"]:
                 train_rank(lake, plan["date"], cfg, run["run_id"], ctx, workload_of(cfg))

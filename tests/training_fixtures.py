@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from aigc.config import ModelConfig, PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig
+from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig, WorkloadConfig
 from aigc.lake import LocalLake
 from aigc.prepare import publish_prepared
 from aigc.workloads import workload_of
 from aigc.workloads.image import IMAGE, prepare_image
+from aigc.workloads.image.config import ImageSettings
 from aigc.workloads.image.rawdrop import make_raw_drop
 
 DATE = "2026-11-20"
@@ -63,7 +64,12 @@ def tiny_config(**train) -> PipelineConfig:
     settings = dict(steps=12, batch_size=16, warmup_steps=2, eval_every=6, checkpoint_every=6, health_every=2,
                     val_max=64, nproc=1, threads=1)
     t = dataclasses.replace(TrainConfig(), **{**settings, **train})
-    return PipelineConfig(model=ModelConfig(channels=8, latent_dim=8, text_dim=16), train=t)
+    return PipelineConfig(workload=image_workload(channels=8, latent_dim=8, text_dim=16), train=t)
+
+
+def image_workload(**settings) -> WorkloadConfig:
+    """The image workload with these of its settings (the rest its defaults)."""
+    return WorkloadConfig("image", ImageSettings(**settings))
 
 
 @pytest.fixture(scope="session")
@@ -103,7 +109,9 @@ def deployed_template(trained_template, tmp_path_factory):
     version = register_trained(lake, "shapes-cvae", DATE)["version"]
     build_variants(lake, "shapes-cvae", version,
                    DeployConfig(variants="fp32,bf16", smoke_prompts=4, latency_batch=4, latency_repeats=1))
-    smoke_test(lake, "shapes-cvae", version, DeployGateThresholds(max_latency_ms=1e6, max_pixel_mae=0.0), DATE, IMAGE)
+    only_fp32 = PipelineConfig(workload=image_workload(max_pixel_mae=0.0),
+                               deploy_gate=DeployGateThresholds(max_latency_ms=1e6))
+    smoke_test(lake, "shapes-cvae", version, only_fp32, DATE, IMAGE)
     return root
 
 

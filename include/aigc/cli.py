@@ -21,7 +21,7 @@ from aigc.config import PipelineConfig
 from aigc.lake import open_lake
 from aigc.lake.keys import join
 from aigc.progress import emit_summary, setup_logging
-from aigc.stages import configure
+from aigc.stages import configuration_of, configure
 from aigc.workload import Workload
 from aigc.workloads import load_workload, workload_of
 
@@ -31,8 +31,7 @@ log = logging.getLogger("aigc")
 def _config(args: argparse.Namespace) -> PipelineConfig:
     _check_request(args)
     if getattr(args, "config_json", None):  # a torchrun worker gets the launcher's resolved configuration
-        resolved = json.loads(args.config_json)
-        return configure(args.preset, resolved["workload"]["name"]).override(resolved)
+        return configuration_of(json.loads(args.config_json))
     cfg = configure(args.preset, getattr(args, "workload__name", None))
     changes: dict[str, dict] = {}
     for section in (f.name for f in dataclasses.fields(cfg)):

@@ -22,7 +22,7 @@ import contextlib
 import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # the DAG files import this module at parse time: no pyarrow or boto3 then
     from aigc.config import PipelineConfig
@@ -65,14 +65,21 @@ def holding_date(lake: Lake, date: dt.date | str, owner: str, ttl: dt.timedelta)
 
 
 def configure(preset: str, workload: str | None = None) -> PipelineConfig:
-    """The named preset for the workload called ``workload`` (None: the default), its own changes applied first."""
+    """The named preset for the workload called ``workload`` (None: the default), its own changes (and settings)
+    applied first."""
+    from aigc.config import WorkloadConfig
     from aigc.config import preset as named
     from aigc.workloads import load_workload
 
-    if not workload:
-        return named(preset)
+    cfg = named(preset, load_workload(workload or WorkloadConfig().name))
     # the name as given (an entry point, a module path): torchrun's workers resolve it again
-    return named(preset, load_workload(workload)).override({"workload": {"name": workload}})
+    return cfg.override({"workload": {"name": workload}}) if workload else cfg
+
+
+def configuration_of(doc: dict[str, Any]) -> PipelineConfig:
+    """A configuration written out whole (``PipelineConfig.to_dict``: a run's record, a torchrun worker's
+    ``--config-json``) as the object again, its workload's settings typed by their class."""
+    return configure("default", doc.get("workload", {}).get("name")).override(doc)
 
 
 def _workload(cfg: PipelineConfig, stage: str):
@@ -202,7 +209,7 @@ class DeployStage(Stage):
     def gate(self, lake, cfg, produced):
         from aigc.quality.deploy import smoke_test
 
-        return smoke_test(lake, cfg.model.name, produced["version"], cfg.deploy_gate, str(produced["date"]),
+        return smoke_test(lake, cfg.model.name, produced["version"], cfg, str(produced["date"]),
                           _workload(cfg, self.name))
 
 
@@ -243,7 +250,7 @@ class GenerateStage(Stage):
     def gate(self, lake, cfg, produced):
         from aigc.quality.generation import validate_generation
 
-        return validate_generation(lake, produced, cfg, cfg.generate_gate, _workload(cfg, self.name))
+        return validate_generation(lake, produced, cfg, _workload(cfg, self.name))
 
     def publish(self, lake, cfg, produced):
         from aigc.generate.run import publish_generations
@@ -263,7 +270,7 @@ class EvaluateStage(Stage):
     def gate(self, lake, cfg, produced):
         from aigc.quality.evaluation import validate_evaluation
 
-        return validate_evaluation(lake, produced, cfg.evaluate_gate, _workload(cfg, self.name))
+        return validate_evaluation(lake, produced, cfg, _workload(cfg, self.name))
 
     def publish(self, lake, cfg, produced):
         from aigc.quality.evaluation import promote_and_publish

@@ -187,9 +187,10 @@ class Workload(ABC):
         """What a variant's outputs are worth against fp32's on the smoke prompts (recorded in variant.json)."""
         return {}
 
-    def variant_checks(self, entry: dict, thresholds: Any) -> dict[str, bool]:
+    def variant_checks(self, entry: dict, cfg: PipelineConfig) -> dict[str, bool]:
         """Gate 3's verdicts on one variant's record (besides loading and latency): name → passed. A variant that
-        fails one is not eligible to serve; fp32 must pass them all."""
+        fails one is not eligible to serve; fp32 must pass them all. Their bounds are the workload's own settings
+        (``cfg.workload.settings``), as for every check hook here."""
         return {}
 
     def build_variants(self, lake: Lake, model: str, version: str, cfg: PipelineConfig) -> dict:
@@ -228,9 +229,10 @@ class Workload(ABC):
         return "samples.jsonl", "".join(json.dumps({k: r.get(k) for k in keep}, default=str) + "\n"
                                         for r in rows).encode()
 
-    def generation_checks(self, rows: Any, cfg: PipelineConfig, thresholds: Any) -> tuple[Any, list, dict]:
+    def generation_checks(self, rows: Any, cfg: PipelineConfig) -> tuple[Any, list, dict]:
         """Gate 4 beyond the core's ledger checks: (the rows with columns to judge, expectations on the generated
-        rows, figures for the ledger table). ``rows`` is a pandas frame of the run's rows."""
+        rows, figures for the ledger table: name → (value, maximum), e.g. ``cfg.generate_gate.max_blank_fraction``).
+        ``rows`` is a pandas frame of the run's rows."""
         return rows, [], {}
 
     # Stage 5: the workload measures the day's content and its configurations (its scorers, the checker that
@@ -253,11 +255,12 @@ class Workload(ABC):
 
         return evaluate_scored(lake, generation, cfg, run_id=run_id, workload=self)
 
-    def evaluation_checks(self, metrics: dict, thresholds: Any) -> list:
-        """Gate 5's checks (``aigc.quality.evaluation.Check``) on an evaluation's metrics."""
+    def evaluation_checks(self, metrics: dict, cfg: PipelineConfig) -> list:
+        """Gate 5's checks (``aigc.quality.evaluation.Check``) on an evaluation's metrics, against
+        ``cfg.evaluate_gate`` and the workload's own settings."""
         from aigc.evaluate.scored import scored_checks
 
-        return scored_checks(metrics, thresholds)
+        return scored_checks(metrics, cfg.evaluate_gate)
 
     def write_report(self, lake: Lake, prefix: str, metrics: dict, points: list, front: list, record: dict,
                      generation: dict) -> str:
@@ -268,11 +271,15 @@ class Workload(ABC):
 
     def settings(self, cfg: PipelineConfig) -> dict[str, Any]:
         """What defines its model and data beyond ``cfg.model``: a run resumes from a checkpoint only if they are
-        unchanged, and a difference is named. By default its own settings (``cfg.workload.settings``), whole."""
+        unchanged, and a difference is named. By default its own settings (``cfg.workload.settings``) but those its
+        class lists in ``gate_bounds`` (what only judges a run: a retry may change them)."""
         import dataclasses
 
         own = cfg.workload.settings
-        return {"settings": dataclasses.asdict(own)} if own is not None else {}
+        if own is None:
+            return {}
+        judging = set(getattr(type(own), "gate_bounds", ()))
+        return {"settings": {k: v for k, v in dataclasses.asdict(own).items() if k not in judging}}
 
     @abstractmethod
     def sample_costs(self, columns: dict[str, list], cfg: PipelineConfig) -> np.ndarray:

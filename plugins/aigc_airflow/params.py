@@ -35,8 +35,9 @@ def params_for(*stages: str, policy: AccessPolicy | None = None) -> dict[str, Pa
                                             "allows (AIGC_ALLOWED_WORKLOADS). A run started by another stage's "
                                             "asset carries on with that run's workload."),
               SETTINGS: Param(None, type=["null", "object"], title="Workload settings",
-                              description="The chosen workload's own settings, as JSON: e.g. {\"context\": 2048} for "
-                                          "text. Empty: the preset's. Its settings class checks each value.")}
+                              description="The chosen workload's own settings, as JSON: e.g. {\"resolution\": 64, "
+                                          "\"max_fid\": 0.5} for image, {\"context\": 2048} for text. Empty: "
+                                          "the preset's. Its settings class checks each value.")}
     for f in fields_of(stages):
         schema: dict = {"title": f.title, "section": f.section}
         if f.description:

@@ -186,7 +186,7 @@ def test_params_default_to_a_runnable_form_and_refuse_bad_values(dagbag):
         assert not untitled and unsectioned == ["preset", "workload", "settings"], dag.dag_id  # grouped knobs
         copy.deepcopy(dag.params).validate()
     assert params["workload"] == os.environ.get("AIGC_DEFAULT_WORKLOAD", "image")
-    for name, bad in (("resolution", 33), ("dirt_rate", 1.5), ("preset", "huge"), ("n_records", 0),
+    for name, bad in (("dirt_rate", 1.5), ("preset", "huge"), ("n_records", 0),
                       ("workload", "my model; rm -rf"), ("workload", "pkg.mod:"),
                       ("nproc", -1), ("precision", "fp8"), ("train_steps", 0), ("variant", "fp64"),
                       ("budget_fraction", 0), ("generate_shards", 0), ("drop", "yes"), ("settings", "2048")):

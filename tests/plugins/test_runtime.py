@@ -156,6 +156,21 @@ def test_an_asset_event_naming_a_root_outside_the_allowed_ones_fails_the_run_bef
     assert run_params(outside)["raw_uri"] == str(tmp_path / "elsewhere")
 
 
+def test_the_image_workloads_settings_from_the_form_are_checked_by_its_class_before_it_runs(tmp_path, monkeypatch):
+    import pytest
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from aigc_airflow.runtime import pipeline_config
+
+    monkeypatch.setenv("AIGC_LAKE_URI", str(tmp_path / "lake"))
+    chosen = run_params(context(run_type="manual", params={"preset": "demo", "workload": "image",
+                                                           "settings": {"resolution": 64, "max_fid": 0.5}}))
+    settings = pipeline_config(chosen).workload.settings
+    assert (settings.resolution, settings.max_fid, settings.channels) == (64, 0.5, 16)  # the rest: the preset's
+    with pytest.raises(AirflowFailException, match=r"ImageSettings\.resolution must be one of \(32, 64, 128, 256\)"):
+        run_params(context(run_type="manual", params={"workload": "image", "settings": {"resolution": 33}}))
+
+
 def test_the_form_offers_only_what_the_deployment_allows(tmp_path, monkeypatch):
     import re
 
@@ -213,5 +228,5 @@ def test_a_forms_workload_settings_reach_the_config_and_a_bad_one_fails_the_run_
                                                    r"must be in \[1, 64\]"):
         run_params(bad)
     wrong = context(run_type="manual", params={"preset": "demo", "workload": "image", "settings": {"context": 8}})
-    with pytest.raises(AirflowFailException, match="workload 'image' has no settings of its own"):
-        run_params(wrong)
+    with pytest.raises(AirflowFailException, match=r"unknown setting\(s\) \['context'\] of workload 'image'"):
+        run_params(wrong)  # another workload's setting

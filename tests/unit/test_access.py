@@ -130,7 +130,7 @@ def test_values_airflow_accepts_are_read_as_it_reads_them_and_odd_ones_are_refus
     p = policy(tmp_path)
     assert check_request({"nnodes": 2.0, "raw_uri": "", "prompts_uri": ""}, p) == \
         {"nnodes": 2, "raw_uri": None, "prompts_uri": None}  # JSON's 2.0; an emptied field means the preset's
-    for bad in ({"min_alignment": float("nan")}, {"max_fid": float("inf")}, {"raw_uri": "/tmp/a\x00b"},
+    for bad in ({"min_alignment": float("nan")}, {"max_regression": float("inf")}, {"raw_uri": "/tmp/a\x00b"},
                 {"nnodes": 2.5}):
         with pytest.raises(Refused):
             check_request(bad, p)

@@ -36,7 +36,7 @@ def publish_everything(lake) -> dict:
     validate_training(lake, "shapes-cvae", DATE, TRAINING_RUN, TrainingGateThresholds(max_final_val_loss=1.0))
     cfg = config()
     generated = generate(lake, cfg)
-    validate_generation(lake, generated, cfg, cfg.generate_gate, IMAGE)
+    validate_generation(lake, generated, cfg, IMAGE)
     evaluated = evaluate(lake, generated, cfg, run_id=EVALUATION_RUN)
     validate_evaluation(lake, evaluated, LENIENT, IMAGE)
     return {"curated": curated, "rejected": rejected, "rejected_failures": failed.value.failures,

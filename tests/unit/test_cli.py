@@ -249,10 +249,12 @@ def test_a_lake_path_that_is_a_file_says_how_to_fix_it(capsys, tmp_path):
         "file. Point AIGC_LAKE_URI (or --lake) at a folder (it is created if missing) or at s3://bucket/prefix")
 
 
-@pytest.mark.parametrize(("command", "cls"), [("make-raw", "RawDropConfig"), ("prepare", "PrepareConfig")])
-def test_an_unsupported_resolution_is_a_clear_config_error(capsys, tmp_path, command, cls):
+@pytest.mark.parametrize("command", ["make-raw", "prepare", "train"])
+def test_an_unsupported_resolution_is_a_clear_config_error(capsys, tmp_path, command):
     rc, summary, err = aigc(capsys, command, "--lake", str(tmp_path), "--date", DATE, "--resolution", "33")
-    message = f"{cls}.resolution must be one of (32, 64, 128, 256), got 33"
+    message = ("ImageSettings.resolution must be one of (32, 64, 128, 256), got 33 (set with --resolution on the "
+               "`aigc` commands that take it with --workload image, the trigger form's 'settings' field "
+               '({"resolution": …}), or workload.settings.resolution in a preset)')
     assert rc == 1 and error_line(err) == f"error: ValueError: {message}"
     assert summary == {"command": command, "ok": False, "error": f"ValueError: {message}"}
     assert not (tmp_path / "raw").exists()  # refused before anything was written

@@ -6,15 +6,15 @@ import re
 import pytest
 
 from aigc.config import (
-    RESOLUTIONS,
     CuratedGateThresholds,
-    ModelConfig,
     PipelineConfig,
     PrepareConfig,
     RawDropConfig,
     TrainConfig,
     preset,
 )
+from aigc.workloads.image import IMAGE
+from aigc.workloads.image.config import RESOLUTIONS, ImageSettings
 
 
 @pytest.mark.parametrize(("cls", "field", "value", "allowed"), [
@@ -23,15 +23,8 @@ from aigc.config import (
     (RawDropConfig, "dirt_rate", 1.5, "[0.0, 1.0]"),
     (RawDropConfig, "dirt_rate", -0.01, "[0.0, 1.0]"),
     (RawDropConfig, "records_per_file", 0, "[1, 10000000]"),
-    (PrepareConfig, "min_side", 0, "[1, 65536]"),
-    (PrepareConfig, "max_side", 70_000, "[1, 65536]"),
-    (PrepareConfig, "max_image_pixels", 0, "[1, 2147483648]"),
-    (PrepareConfig, "max_image_bytes", 1 << 32, "[1, 2147483648]"),
-    (PrepareConfig, "min_caption_chars", 0, "[1, 100000]"),
-    (PrepareConfig, "max_caption_chars", 100_001, "[1, 100000]"),
     (PrepareConfig, "near_dup_threshold", 0.01, "[0.05, 1.0]"),
     (PrepareConfig, "near_dup_num_perm", 8, "[16, 1024]"),
-    (PrepareConfig, "near_dup_image_distance", 256.0, "[0.0, 255.0]"),
     (PrepareConfig, "shard_target_bytes", 1024, "[65536, 4294967296]"),
     (PrepareConfig, "row_group_rows", 15, "[16, 1000000]"),
     (PrepareConfig, "workers", -1, "[0, 256]"),
@@ -47,20 +40,38 @@ def test_out_of_range_values_name_the_field_the_range_and_the_value(cls, field, 
         cls(**{field: value})
 
 
-@pytest.mark.parametrize(("field", "value"), [("max_side", 4), ("min_side", 5000), ("max_caption_chars", 2)])
-def test_a_min_above_its_max_names_both_fields_and_the_value_given(field, value):
+@pytest.mark.parametrize(("field", "value", "allowed"), [
+    ("min_caption_chars", 0, "[1, 100000]"),
+    ("max_caption_chars", 100_001, "[1, 100000]"),
+    ("min_side", 0, "[1, 65536]"),
+    ("max_side", 70_000, "[1, 65536]"),
+    ("max_image_pixels", 0, "[1, 2147483648]"),
+    ("max_image_bytes", 1 << 32, "[1, 2147483648]"),
+    ("near_dup_image_distance", 256.0, "[0.0, 255.0]"),
+    ("max_fid", -1.0, "[0.0, 1000000000.0]"),
+])
+def test_the_image_workloads_own_settings_name_the_flag_and_the_form_field_that_set_them(field, value, allowed):
+    expected = (f"ImageSettings.{field} must be in {allowed}, got {value!r} (set with --{field.replace('_', '-')} on "
+                "the `aigc` commands that take it with --workload image, the trigger form's 'settings' field "
+                f'({{"{field}": …}}), or workload.settings.{field} in a preset)')
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        ImageSettings(**{field: value})
+
+
+@pytest.mark.parametrize(("cls", "field", "value"), [(ImageSettings, "max_side", 4), (ImageSettings, "min_side", 5000),
+                                                     (ImageSettings, "max_caption_chars", 2)])
+def test_a_min_above_its_max_names_both_fields_and_the_value_given(cls, field, value):
     # The user set only one of the pair: the message must name it and the value they gave.
     with pytest.raises(ValueError) as err:
-        PrepareConfig(**{field: value})
-    assert f"PrepareConfig.{field} ({value})" in str(err.value) and "must not exceed" in str(err.value)
+        cls(**{field: value})
+    assert f"{cls.__name__}.{field} ({value})" in str(err.value) and "must not exceed" in str(err.value)
 
 
-@pytest.mark.parametrize("cls", [RawDropConfig, PrepareConfig])
 @pytest.mark.parametrize("resolution", [0, 33, 512])
-def test_resolution_must_be_one_of_the_supported_sides(cls, resolution):
-    expected = f"{cls.__name__}.resolution must be one of {RESOLUTIONS}, got {resolution}"
-    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
-        cls(resolution=resolution)
+def test_resolution_must_be_one_of_the_supported_sides(resolution):
+    expected = f"ImageSettings.resolution must be one of {RESOLUTIONS}, got {resolution}"
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)} \\(set with --resolution "):
+        ImageSettings(resolution=resolution)
 
 
 def test_nan_is_refused():
@@ -70,7 +81,9 @@ def test_nan_is_refused():
 
 def test_the_bounds_are_inclusive():
     RawDropConfig(n=1, dirt_rate=1.0, records_per_file=1)
-    PrepareConfig(min_side=32, max_side=32, min_caption_chars=512, near_dup_num_perm=1024, workers=256)
+    PrepareConfig(near_dup_num_perm=1024, workers=256)
+    ImageSettings(min_caption_chars=512, max_caption_chars=512, min_side=32, max_side=32, max_image_pixels=1 << 31,
+                  max_fid=0.0)
     CuratedGateThresholds(min_rows=0, max_quarantine_ratio=0.0, max_reason_ratio=1.0)
 
 
@@ -149,7 +162,6 @@ def test_smoke_preset_is_the_demo_at_check_size_with_lowered_quality_bars_only()
                            "generate": {"prompts": 128},
                            "evaluate": dataclasses.asdict(demo.evaluate),
                            "evaluate_gate": {"min_alignment": demo.evaluate_gate.min_alignment,
-                                             "max_fid": demo.evaluate_gate.max_fid,
                                              "max_regression": demo.evaluate_gate.max_regression}}) == demo
 
 
@@ -187,22 +199,24 @@ def test_the_global_batch_must_split_over_ranks_and_accumulation():
 
 
 def test_model_resolution_and_heads_are_checked():
-    with pytest.raises(ValueError, match="ModelConfig.resolution must be one of"):
-        ModelConfig(resolution=48)
+    with pytest.raises(ValueError, match="ImageSettings.resolution must be one of"):
+        ImageSettings(resolution=48)
     with pytest.raises(ValueError, match="multiple of 4"):
-        ModelConfig(text_dim=30)
+        ImageSettings(text_dim=30)
 
 
 def test_the_form_table_maps_a_runs_values_onto_the_config_and_knows_its_stages():
     from aigc.config import preset
     from aigc.config.form import FORM, config_changes, fields_of
 
-    changes = config_changes({"preset": "smoke", "resolution": 64, "train_steps": 7, "synthetic_drop": False,
-                              "prompts_uri": "requests/x.jsonl", "model_ref": None, "min_alignment": 0.5})
-    assert changes == {"raw": {"resolution": 64}, "prepare": {"resolution": 64}, "train": {"steps": 7},
-                       "evaluate_gate": {"min_alignment": 0.5}}  # switches and empty values set nothing
-    cfg = preset("smoke").override(changes)
-    assert (cfg.raw.resolution, cfg.train.steps, cfg.evaluate_gate.min_alignment) == (64, 7, 0.5)
+    changes = config_changes({"preset": "smoke", "n_records": 64, "train_steps": 7, "synthetic_drop": False,
+                              "prompts_uri": "requests/x.jsonl", "model_ref": None, "min_alignment": 0.5,
+                              "settings": {"resolution": 64}})
+    assert changes == {"raw": {"n": 64}, "train": {"steps": 7}, "evaluate_gate": {"min_alignment": 0.5},
+                       "workload": {"settings": {"resolution": 64}}}  # switches and empty values set nothing
+    cfg = preset("smoke", IMAGE).override(changes)
+    assert (cfg.raw.n, cfg.train.steps, cfg.evaluate_gate.min_alignment) == (64, 7, 0.5)
+    assert cfg.workload.settings == ImageSettings(resolution=64, reference_seeds=1, max_fid=100.0)  # smoke's own
     assert {f.stage for f in fields_of(["train"])} == {"train"}
     assert "model_ref" not in {f.param for f in fields_of(["prepare", "train", "deploy", "generate", "evaluate"])}
     assert len({f.param for f in FORM}) == len(FORM)
@@ -225,7 +239,7 @@ def test_a_workloads_own_settings_are_typed_merged_and_checked_by_its_class():
                                          r"`aigc` commands that take it with --workload text, the trigger form's "
                                          r"'settings' field"):
         demo.override({"workload": {"settings": {"layers": 0}}})
-    with pytest.raises(ValueError, match="workload 'image' has no settings of its own; got \\['context'\\]"):
+    with pytest.raises(ValueError, match="holds no settings of workload 'image' to change with \\['context'\\]"):
         preset("demo").override({"workload": {"settings": {"context": 2048}}})
     assert PipelineConfig().override({"workload": {"settings": {}}}).workload.settings is None
 

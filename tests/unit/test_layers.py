@@ -139,3 +139,21 @@ def test_config_imports_nothing_above_it():
     above = {m: sorted(t for t in GRAPH[m] if not t.startswith("aigc.config") and t not in below)
              for m in MODULES if m.startswith("aigc.config")}
     assert {m: t for m, t in above.items() if t} == {}
+
+
+def test_the_cores_configuration_holds_no_workloads_own_settings():
+    """A workload brings its settings in its own class (``cfg.workload.settings``): no field of the built-in
+    workloads' settings (an image's side, the CVAE's widths, the checker's bar, a context length) is a field of a
+    core section, so the core's configuration knows no model."""
+    import dataclasses
+
+    from aigc.config import PipelineConfig
+    from aigc.workloads.image.config import ImageSettings
+    from aigc.workloads.text.config import TextSettings
+
+    cfg = PipelineConfig()
+    core = {(f.name, section.name) for section in dataclasses.fields(cfg) if section.name != "workload"
+            for f in dataclasses.fields(getattr(cfg, section.name))}
+    for settings in (ImageSettings, TextSettings):
+        own = {f.name for f in dataclasses.fields(settings)}
+        assert sorted((name, section) for name, section in core if name in own) == [], settings.__name__

@@ -11,7 +11,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aigc.config._checks import RESOLUTIONS
 from aigc.config._checks import _check_order as check_order
 from aigc.config._checks import _check_range as check_range
 from aigc.config.data import CuratedGateThresholds, PrepareConfig, RawDropConfig
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
     from aigc.workload import Workload
 
 __all__ = [
-    "DATE_LEASE_TTL", "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "RESOLUTIONS", "SPLITS", "VARIANTS",
+    "DATE_LEASE_TTL", "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "SPLITS", "VARIANTS",
     "check_order", "check_range",
     "BatchingConfig",
     "CuratedGateThresholds", "DeployConfig", "DeployGateThresholds", "EvaluateConfig", "EvaluationGateThresholds",
@@ -83,8 +82,9 @@ def _merged_settings(workload: WorkloadConfig, changes: dict[str, Any]) -> Any:
     if current is None:
         if not changes:
             return None
-        raise ValueError(f"workload {workload.name!r} has no settings of its own; got {sorted(changes)} (its "
-                         "settings_class names what it has)")
+        raise ValueError(f"this configuration holds no settings of workload {workload.name!r} to change with "
+                         f"{sorted(changes)}: a workload without a settings_class has none, and one built without "
+                         "its preset (aigc.stages.configure, or aigc.config.preset with the workload) has not got them")
     return _replaced(current, changes,
                      f"unknown setting(s) {{unknown}} of workload {workload.name!r}; known: {{known}}")
 
@@ -126,10 +126,10 @@ def _smoke() -> PipelineConfig:
          "deploy": {"variants": "fp32,int8", "smoke_prompts": 8, "calibration_samples": 64, "latency_batch": 16,
                     "latency_repeats": 2},
          "generate": {"prompts": 24},
-         # Fewer evaluation prompts and reference renderings: the figures are wide, and the bars are off.
-         "evaluate": {"eval_prompts": 64, "reference_seeds": 1, "latency_prompts": 8, "latency_rounds": 1,
-                      "review_items": 8},
-         "evaluate_gate": {"min_alignment": 0.0, "max_fid": 100.0, "max_regression": 1.0}}
+         # Fewer evaluation prompts: the figures are wide, and the bars are off (a workload lowers its own:
+         # Workload.config_overrides).
+         "evaluate": {"eval_prompts": 64, "latency_prompts": 8, "latency_rounds": 1, "review_items": 8},
+         "evaluate_gate": {"min_alignment": 0.0, "max_regression": 1.0}}
     )
 
 

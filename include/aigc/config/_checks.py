@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-RESOLUTIONS = (32, 64, 128, 256)
-
 
 def _check_range(obj: object, name: str, lo: float, hi: float) -> None:
     value = getattr(obj, name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aigc.config._checks import RESOLUTIONS, _check_order, _check_range
+from aigc.config._checks import _check_range
 from aigc.jsonlines import check_limits
 
 DROPS = ("producer", "synthetic")
@@ -23,8 +23,6 @@ class RawDropConfig:
     """Records in the drop, dirt included."""
     seed: int = 0
     """Everything in the drop is a function of the seed (and the date)."""
-    resolution: int = 32
-    """Side of the square PNGs, in pixels."""
     dirt_rate: float = 0.12
     """Fraction of records that carry one kind of dirt (spread over every kind)."""
     source: str = "shapes"
@@ -39,8 +37,6 @@ class RawDropConfig:
         _check_range(self, "n", 1, 50_000_000)  # an empty drop is nothing to prepare
         _check_range(self, "dirt_rate", 0.0, 1.0)
         _check_range(self, "records_per_file", 1, 10_000_000)
-        if self.resolution not in RESOLUTIONS:
-            raise ValueError(f"RawDropConfig.resolution must be one of {RESOLUTIONS}, got {self.resolution!r}")
 
 
 @dataclass(frozen=True)
@@ -49,19 +45,6 @@ class PrepareConfig:
 
     dataset: str = "shapes"
     """Curated dataset name: output under ``curated/<dataset>/dt=<date>/``."""
-    resolution: int = 32
-    """Curated images are RGB squares of this side; other sizes within limits are resized."""
-    min_side: int = 8
-    """Images with a side below this are quarantined (``image_too_small``)."""
-    max_side: int = 4096
-    """Images with a side above this are quarantined (``image_too_large``)."""
-    max_image_pixels: int = 16_777_216
-    """Decompression-bomb guard: width × height above this is refused before decoding."""
-    max_image_bytes: int = 8 * 1024 * 1024
-    """Encoded images larger than this are refused before decoding."""
-    min_caption_chars: int = 3
-    max_caption_chars: int = 512
-    """Captions are quarantined, not truncated, past this: cutting changes their meaning."""
     blocklist: str | None = None
     """A file of blocked terms, one per line; None uses the list shipped in the package."""
     near_dup_threshold: float = 0.7
@@ -69,8 +52,6 @@ class PrepareConfig:
     subject cells for images, word shingles for text) at or above which they are near-duplicates."""
     near_dup_num_perm: int = 128
     """MinHash permutations: more is more exact and slower."""
-    near_dup_image_distance: float = 6.0
-    """…and images are near-duplicates only if no cell of their 8×8 RGB thumbnails differs by more (0–255)."""
     dedup_lookback_days: int = 3
     """Earlier dates whose published rows a drop is deduplicated against (each published partition keeps its rows'
     dedup keys): 3, the training window's default, so no record is trained on twice; 0: within the drop only."""
@@ -102,19 +83,8 @@ class PrepareConfig:
     value gives the same curated rows and quarantine (the merge deduplicates in drop order)."""
 
     def __post_init__(self) -> None:
-        if self.resolution not in RESOLUTIONS:
-            raise ValueError(f"PrepareConfig.resolution must be one of {RESOLUTIONS}, got {self.resolution!r}")
-        _check_range(self, "min_side", 1, 65_536)
-        _check_range(self, "max_side", 1, 65_536)
-        _check_order(self, "min_side", "max_side")
-        _check_range(self, "max_image_pixels", 1, 1 << 31)
-        _check_range(self, "max_image_bytes", 1, 1 << 31)
-        _check_range(self, "min_caption_chars", 1, 100_000)
-        _check_range(self, "max_caption_chars", 1, 100_000)
-        _check_order(self, "min_caption_chars", "max_caption_chars")
         _check_range(self, "near_dup_threshold", 0.05, 1.0)
         _check_range(self, "near_dup_num_perm", 16, 1024)
-        _check_range(self, "near_dup_image_distance", 0.0, 255.0)
         _check_range(self, "near_dup_per_bucket", 1, 1_000_000)
         _check_range(self, "dedup_lookback_days", 0, 366)
         _check_range(self, "parts", 1, 4096)

@@ -51,12 +51,10 @@ FORM: tuple[FormField, ...] = (
                           "first, and prepare that.",
               empty="(the preset's: synthetic in demo and smoke, else the producer's)"),
     FormField("raw_uri", "Raw drop root URI", "prepare", "string", section=DATA,
-              description="Where producers' drops land, e.g. s3://bucket/raw/shapes. Empty: <lake>/raw/<source>. "
+              description="Where producers' drops land, e.g. s3://bucket/raw/<source>. Empty: <lake>/raw/<source>. "
                           "Read only; not used for a synthetic drop."),
     FormField("n_records", "Synthetic records", "prepare", "integer", ("raw", "n"), DATA, minimum=1,
               maximum=5_000_000, description="Records in the synthetic drop (empty: the preset's)."),
-    FormField("resolution", "Image resolution", "prepare", "integer", ("raw", "resolution"), DATA,
-              enum=(32, 64, 128, 256), description="Side of the square images, in pixels (empty: the preset's)."),
     FormField("dirt_rate", "Dirt rate", "prepare", "number", ("raw", "dirt_rate"), DATA, minimum=0, maximum=1,
               description="Fraction of synthetic records with planted defects (empty: the preset's)."),
     FormField("near_dup_threshold", "Near-duplicate similarity threshold", "prepare", "number",
@@ -111,12 +109,6 @@ FORM: tuple[FormField, ...] = (
     FormField("min_alignment", "Gate 5: minimum alignment", "evaluate", "number", ("evaluate_gate", "min_alignment"),
               GATES, minimum=0, maximum=1,
               description="All-attributes-correct fraction; fails only when significantly below."),
-    FormField("min_checker_accuracy", "Gate 5: minimum checker accuracy", "evaluate", "number",
-              ("evaluate_gate", "min_checker_accuracy"), GATES, minimum=0, maximum=1,
-              description="The checker's own accuracy on its reference set and on the day's real images; fails "
-                          "only when significantly below."),
-    FormField("max_fid", "Gate 5: maximum Fréchet distance", "evaluate", "number", ("evaluate_gate", "max_fid"),
-              GATES, minimum=0),
     FormField("max_regression", "Gate 5: maximum regression against production", "evaluate", "number",
               ("evaluate_gate", "max_regression"), GATES, minimum=0, maximum=1,
               description="Alignment points the candidate may lose to production on the same prompts and seeds; "
@@ -153,8 +145,6 @@ def config_changes(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
             continue
         section, name = field.config
         changes.setdefault(section, {})[name] = value
-    if "resolution" in changes.get("raw", {}):  # the drop's resolution is the one prepare checks
-        changes.setdefault("prepare", {})["resolution"] = changes["raw"]["resolution"]
     return changes
 
 

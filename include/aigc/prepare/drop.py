@@ -1,9 +1,9 @@
 """The raw-drop contract between producers and stage 1 (documented in docs/stages/prepare.md).
 
-    <raw root>/dt=YYYY-MM-DD/records-*.jsonl   one JSON object per line:
-        {"id": str, "caption": str, "image": "<key relative to the drop>", "source": str,
-         "created_at": ISO-8601 str}
-    <raw root>/dt=YYYY-MM-DD/images/…           the image objects (PNG, JPEG, WebP …)
+    <raw root>/dt=YYYY-MM-DD/records-*.jsonl   one JSON object per line, its fields the workload's
+                                               (``RecordRules.record_fields``: id, source, created_at and e.g.
+                                               caption and image for the image workload)
+    <raw root>/dt=YYYY-MM-DD/…                  objects the records name (``RecordRules.attachment_field``)
     <raw root>/dt=YYYY-MM-DD/_SUCCESS           written last: the drop is complete
 
 A drop is read only once its ``_SUCCESS`` marker exists, so a half-uploaded drop is never
@@ -22,7 +22,6 @@ from aigc.lake.keys import join, parse_date, validate_name
 from aigc.lines import DEFAULT_MAX_LINE_BYTES, LongLine, line_size
 
 SUCCESS = "_SUCCESS"
-RECORD_FIELDS = ("id", "caption", "image", "source", "created_at")
 SYNTHETIC = "_synthetic"
 
 

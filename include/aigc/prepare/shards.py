@@ -11,13 +11,6 @@ import pyarrow.parquet as pq
 from aigc.lake import Lake
 from aigc.lake.keys import join
 
-CURATED_SCHEMA = pa.schema([
-    ("id", pa.string()), ("caption", pa.string()), ("image", pa.binary()),
-    ("width", pa.int32()), ("height", pa.int32()), ("mode", pa.string()),
-    ("orig_width", pa.int32()), ("orig_height", pa.int32()), ("orig_mode", pa.string()),
-    ("caption_chars", pa.int32()), ("image_sha256", pa.string()), ("content_hash", pa.string()),
-    ("source", pa.string()), ("created_at", pa.string()),
-])
 QUARANTINE_SCHEMA = pa.schema([
     ("id", pa.string()), ("reason", pa.string()), ("detail", pa.string()),
     ("raw_file", pa.string()), ("raw_line", pa.int64()), ("raw", pa.binary()),

@@ -2,9 +2,9 @@
 
 Every variant's record (built and measured by ``registry/deploy.py`` or ``registry/torch_variants.py``) is
 re-checked: the weights load safely (hash and format), and the measured latency and the workload's own
-checks (``Workload.variant_checks``: for images, agreement with fp32 and image spread) are held against the
-thresholds. The fp32 baseline must pass for the gate to pass; other variants that miss a threshold are
-recorded as not eligible for generation.
+checks (``Workload.variant_checks``: for images, agreement with fp32 and image spread) are held against
+the thresholds (the core's in ``cfg.deploy_gate``, the workload's in its settings). The fp32 baseline must
+pass for the gate to pass; other variants that miss a threshold are recorded as not eligible for generation.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from aigc.config import DeployGateThresholds
+from aigc.config import PipelineConfig
 from aigc.lake import Lake
 from aigc.lake.keys import partition, run_prefix
 from aigc.quality.gate import Table, run_gate
@@ -26,12 +26,12 @@ if TYPE_CHECKING:  # annotations only: the workload interface imports the stages
 GATE = "deploy"
 
 
-def smoke_test(lake: Lake, model: str, ref: str, thresholds: DeployGateThresholds, date: str,
-               workload: Workload) -> dict:
+def smoke_test(lake: Lake, model: str, ref: str, cfg: PipelineConfig, date: str, workload: Workload) -> dict:
     """Gate 3 on a version's variants, judged by ``workload``: each must load
     safely; fp32 must be fast enough and pass the workload's checks; a variant that misses is not eligible."""
     import great_expectations.expectations as gxe
 
+    thresholds = cfg.deploy_gate
     registry = Registry(lake, model)
     record = registry.get(ref)
     version = record["version"]
@@ -42,7 +42,7 @@ def smoke_test(lake: Lake, model: str, ref: str, thresholds: DeployGateThreshold
             loads, error = True, ""
         except Exception as e:  # recorded, and fails the gate below: a variant must load
             loads, error = False, f"{type(e).__name__}: {e}"
-        checks = workload.variant_checks(entry, thresholds)
+        checks = workload.variant_checks(entry, cfg)
         check_names = list(checks)
         row = {"variant": kind, "loads": loads, "error": error, "latency_ms_b1": entry["latency_ms_b1"],
                **{name: entry.get(name) for name in checks}, "size_bytes": entry["size_bytes"],

@@ -95,13 +95,13 @@ def promotion(metrics: dict, t: EvaluationGateThresholds) -> dict:
         f"{t.max_regression:g} (production − {version}: {shown})")}
 
 
-def validate_evaluation(lake: Lake, evaluated: dict, thresholds: EvaluationGateThresholds, workload: Workload) -> dict:
+def validate_evaluation(lake: Lake, evaluated: dict, cfg: PipelineConfig, workload: Workload) -> dict:
     """Gate 5 on an evaluation run, by ``workload``'s checks (``Workload.evaluation_checks``)."""
     import great_expectations.expectations as gxe
 
     prefix = evaluation_prefix(evaluated["model"], evaluated["date"], evaluated["run_id"])
     metrics = lake.get_json(join(prefix, "metrics.json"))
-    judged = workload.evaluation_checks(metrics, thresholds)
+    judged = workload.evaluation_checks(metrics, cfg)
     row = pd.DataFrame([{c.column: c.bound for c in judged}])
     expectations = [gxe.ExpectColumnValuesToBeBetween(column=c.column, min_value=c.threshold) if c.at_least else
                     gxe.ExpectColumnValuesToBeBetween(column=c.column, max_value=c.threshold) for c in judged]
@@ -110,7 +110,7 @@ def validate_evaluation(lake: Lake, evaluated: dict, thresholds: EvaluationGateT
                                                       evaluated["run_id"]), raise_on_failure=False)
     metrics["gates"] = {GATE: {"success": result["success"], "failures": result["failures"],
                                "checks": [c.to_dict() for c in judged], "result_uri": result["result_uri"]}}
-    metrics["promotion"] = promotion(metrics, thresholds) if result["success"] else None
+    metrics["promotion"] = promotion(metrics, cfg.evaluate_gate) if result["success"] else None
     lake.put_json(join(prefix, "metrics.json"), metrics)
     registry = Registry(lake, evaluated["model"])
     pareto = lake.get_json(join(prefix, "pareto.json"))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from aigc.config import GenerateGateThresholds, PipelineConfig
+from aigc.config import PipelineConfig
 from aigc.generate.run import MANIFEST, expected_prompt_ids, generation_prefix, generation_rows
 from aigc.lake import Lake
 from aigc.lake.keys import join, partition, run_prefix
@@ -20,8 +20,7 @@ if TYPE_CHECKING:  # annotations only: the workload interface imports the stages
 GATE = "generate"
 
 
-def validate_generation(lake: Lake, plan: dict, cfg: PipelineConfig, thresholds: GenerateGateThresholds,
-                        workload: Workload) -> dict:
+def validate_generation(lake: Lake, plan: dict, cfg: PipelineConfig, workload: Workload) -> dict:
     """Gate 4 on a finished generation run: the core's ledger checks (every prompt answered once, refused prompts
     refused with a reason and nothing generated for them, no blocked prompt generated), then the workload's."""
     import great_expectations.expectations as gxe
@@ -32,7 +31,7 @@ def validate_generation(lake: Lake, plan: dict, cfg: PipelineConfig, thresholds:
     outputs = [n for n, _ in workload.output_columns]
     rows = rows.assign(has_output=rows[outputs[0]].notna() if outputs else False,
                        should_refuse=[blocked_term(p, cfg.prepare.blocklist) is not None for p in rows["prompt"]])
-    rows, expectations, figures = workload.generation_checks(rows, cfg, thresholds)
+    rows, expectations, figures = workload.generation_checks(rows, cfg)
     generated = rows[rows["status"] == "generated"]
     refused = rows[rows["status"] == "refused"]
     expected_ids = expected_prompt_ids(lake, {"prompts_pinned": manifest["prompts_pinned"],

@@ -2,8 +2,9 @@
 
 DDP all-reduces at every optimizer step, so a rank that got heavier samples *in that step*
 keeps the others waiting: balance must hold per step, not only per epoch. Each rank gets the
-same number of samples per step (DDP needs equal step counts), and the *cost* (an estimate of
-compute per sample: pixels and tokens, not a row count) is balanced:
+same number of samples per step (DDP needs equal step counts), and the *cost* (the workload's estimate
+of compute per sample, ``Workload.sample_costs``: pixels and tokens, sequence length, not a row count) is
+balanced:
 
 1. samples are sorted by cost (ties in a seeded random order), so a global step holds samples
    of similar cost (length bucketing);
@@ -18,12 +19,6 @@ the same plan without talking, and a resumed run recomputes the plan of its epoc
 from __future__ import annotations
 
 import numpy as np
-
-
-def sample_cost(pixels: np.ndarray, tokens: np.ndarray, *, token_weight: float = 64.0) -> np.ndarray:
-    """Relative compute of one sample: decoding and convolutions scale with pixels, the caption
-    encoder with tokens (one token costs about as much as ``token_weight`` pixels here)."""
-    return pixels.astype(np.float64) + token_weight * tokens.astype(np.float64)
 
 
 def _rng(seed: int, epoch: int, salt: int) -> np.random.Generator:

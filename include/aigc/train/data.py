@@ -57,10 +57,6 @@ class WindowIndex:
         """Shard ``s`` as a streamed Parquet file, its size checked against the manifest's."""
         return lake.parquet_file(self.shards[s], self.shard_bytes[s] if self.shard_bytes else None)
 
-    @property
-    def captions(self) -> list[str]:
-        return self.columns["caption"]
-
     def __len__(self) -> int:
         return len(self.ids)
 
@@ -73,7 +69,7 @@ class WindowIndex:
         return train, val
 
 
-def load_window(lake: Lake, dataset: str, date: str | dt.date, days: int, columns: Sequence[str] = ("caption",),
+def load_window(lake: Lake, dataset: str, date: str | dt.date, days: int, columns: Sequence[str],
                 costs: Callable[[dict[str, list]], np.ndarray] | None = None) -> WindowIndex:
     """The published curated partitions of the ``days`` days ending at ``date`` (missing days skipped), with
     ``columns`` of every row read; ``costs`` (a workload's ``sample_costs``) turns them into per-sample costs."""

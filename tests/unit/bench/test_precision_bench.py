@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from aigc.config import preset
+from aigc.workloads.image import IMAGE
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 
@@ -43,8 +44,8 @@ def test_the_cheapest_configuration_as_good_as_the_best_is_recommended_as_an_ove
     trained = {"32/fp32": _trained(40), "32/bf16": _trained(38), "64/fp32": _trained(100), "64/bf16": _trained(99)}
     rec = bench.recommendation(probes, trained, epsilon=0.02, confidence=0.95, tolerance=0.25)
     assert rec["recommended"] == "64/bf16" and rec["cli"] == "aigc train --resolution 64 --precision bf16"
-    cfg = preset("demo").override(rec["apply"])
-    assert (cfg.model.resolution, cfg.train.precision) == (64, "bf16")
+    cfg = preset("demo", IMAGE).override(rec["apply"])
+    assert (cfg.workload.settings.resolution, cfg.train.precision) == (64, "bf16")
     assert set(rec["front"]) <= set(trained) and "64/bf16" in rec["front"]
     # Equal quality everywhere: the fastest in every probe round wins.
     even = {c: _trained(90) for c in trained}
@@ -59,7 +60,8 @@ def test_the_table_has_a_row_per_configuration_and_the_recommendation(bench_modu
                "grad": {"spikes": 0, "skipped_steps": 0}}
     d = {"steps": 300, "global_batch": 64, "probe": {"32/fp32": probe, "32/fp16": probe},
          "trained": {"32/fp32": trained}, "not_trained": {"32/fp16": "TrainConfig.precision=fp16 needs CUDA"},
-         "recommended": "32/fp32", "apply": {"model": {"resolution": 32}, "train": {"precision": "fp32"}},
+         "recommended": "32/fp32",
+         "apply": {"workload": {"settings": {"resolution": 32}}, "train": {"precision": "fp32"}},
          "front": ["32/fp32"]}
     rows = summary.precision_rows(d)
     assert len(rows) == 3 and "not trained" in rows[1][4] and rows[-1][-1] == "met"

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from aigc.config import BatchingConfig, EvaluateConfig, EvaluationGateThresholds, GenerateConfig
+from aigc.config import BatchingConfig, EvaluateConfig, GenerateConfig
 from aigc.evaluate.runs import evaluation_prefix
 from aigc.evaluate.stats import paired_difference
 from aigc.generate import run as gen_run
@@ -29,8 +29,8 @@ def config():
     return dataclasses.replace(
         cfg, generate=dataclasses.replace(GenerateConfig(), variant="fp32", prompts=48, blocked_prompts=2, shards=2),
         batching=BatchingConfig(backoff_s=0.0),
-        evaluate=dataclasses.replace(EvaluateConfig(), eval_prompts=16, reference_seeds=1, latency_prompts=8,
-                                     latency_rounds=1, review_items=6))
+        evaluate=dataclasses.replace(EvaluateConfig(), eval_prompts=16, latency_prompts=8, latency_rounds=1,
+                                     review_items=6)).override({"workload": {"settings": {"reference_seeds": 1}}})
 
 
 def generate(lake, cfg):
@@ -40,7 +40,8 @@ def generate(lake, cfg):
     return gen_run.finish_generation(lake, plan, cfg, IMAGE)
 
 
-LENIENT = EvaluationGateThresholds(min_alignment=0.0, min_checker_accuracy=0.9, max_fid=1e6)
+LENIENT = config().override({"evaluate_gate": {"min_alignment": 0.0},
+                              "workload": {"settings": {"min_checker_accuracy": 0.9, "max_fid": 1e6}}})
 
 
 def test_a_run_is_measured_gated_promoted_and_published_with_its_report(deployed_lake):
@@ -97,7 +98,7 @@ def test_a_generator_of_noise_fails_gate_5_and_production_stays(deployed_lake):
         rewrite_recorded(deployed_lake, f"{prefix}/_MANIFEST.json", shard["key"], buf.getvalue())
     evaluated = evaluate(deployed_lake, finished, cfg, run_id="20261120T000000000000Z-noise1")
     with pytest.raises(GateFailed) as failed:
-        validate_evaluation(deployed_lake, evaluated, cfg.evaluate_gate, IMAGE)
+        validate_evaluation(deployed_lake, evaluated, cfg, IMAGE)
     message = str(failed.value)
     # In plain words: what was measured, the figure with its interval, the threshold, what it means, what to change.
     assert ("the all-attributes alignment of the day's generated images is 0.000 (95% interval 0.000–0.074, "
@@ -138,7 +139,7 @@ def test_review_labels_feed_back_into_agreement(deployed_lake):
 def test_regression_is_measured_like_for_like_and_decides_promotion(deployed_lake):
     import torch
 
-    from aigc.config import DeployConfig, DeployGateThresholds
+    from aigc.config import DeployConfig
     from aigc.quality.deploy import smoke_test
     from aigc.quality.training import publish_trained
     from aigc.registry.deploy import register_trained
@@ -157,7 +158,8 @@ def test_regression_is_measured_like_for_like_and_decides_promotion(deployed_lak
     assert register_trained(deployed_lake, "shapes-cvae", DATE)["version"] == "v0002"
     build_variants(deployed_lake, "shapes-cvae", "v0002", DeployConfig(variants="fp32", smoke_prompts=4,
                                                                        latency_batch=4, latency_repeats=1))
-    smoke_test(deployed_lake, "shapes-cvae", "v0002", DeployGateThresholds(max_latency_ms=1e6), DATE, IMAGE)
+    smoke_test(deployed_lake, "shapes-cvae", "v0002", config().override({"deploy_gate": {"max_latency_ms": 1e6}}), DATE,
+               IMAGE)
     cfg = config()
     evaluated = evaluate(deployed_lake, generate(deployed_lake, cfg), cfg, run_id="20261120T000000000000Z-regr01")
     prefix = evaluation_prefix("shapes-cvae", DATE, evaluated["run_id"])
@@ -206,7 +208,7 @@ def failed_evaluation(lake) -> dict:
     cfg = config()
     evaluated = evaluate(lake, generate(lake, cfg), cfg, run_id="20261120T000000000000Z-fail01")
     with pytest.raises(GateFailed):
-        validate_evaluation(lake, evaluated, dataclasses.replace(LENIENT, min_alignment=0.99), IMAGE)
+        validate_evaluation(lake, evaluated, LENIENT.override({"evaluate_gate": {"min_alignment": 0.99}}), IMAGE)
     return evaluated
 
 

@@ -102,7 +102,7 @@ def test_promotion_is_the_last_step_and_a_failure_at_any_step_leaves_production_
                                                                                           step, target):
     """Production is v0001 (trained on the date); a second version, v0002, passed gate 5 and is to replace it. A
     failure at each write in turn must leave production on v0001; a retry then completes the step."""
-    from aigc.config import DeployConfig, DeployGateThresholds
+    from aigc.config import DeployConfig
     from aigc.quality.deploy import smoke_test
     from aigc.workloads.image.evaluation import evaluate
     from aigc.workloads.image.variants import build_variants
@@ -112,7 +112,7 @@ def test_promotion_is_the_last_step_and_a_failure_at_any_step_leaves_production_
     registry.move("production", "v0001")
     v2 = _second_version(lake)
     build_variants(lake, MODEL, v2, DeployConfig(variants="fp32", smoke_prompts=4, latency_batch=4, latency_repeats=1))
-    smoke_test(lake, MODEL, v2, DeployGateThresholds(max_latency_ms=1e6), DATE, IMAGE)
+    smoke_test(lake, MODEL, v2, cfg.override({"deploy_gate": {"max_latency_ms": 1e6}}), DATE, IMAGE)
     evaluated = evaluate(lake, generate(lake, cfg), cfg, run_id="20261120T050000000000Z-step01")
     validate_evaluation(lake, evaluated, LENIENT, IMAGE)
     metrics_key = f"{partition('evaluations', MODEL, DATE)}/run={evaluated['run_id']}/metrics.json"

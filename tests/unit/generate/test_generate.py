@@ -47,7 +47,7 @@ def test_injected_oom_still_answers_every_prompt_exactly_once_then_the_gate_pass
     # On CPU too the memory model is calibrated from measured peaks, and says how far off its prior was.
     assert all(e["batching"]["measured_peaks"] >= 1 and e["batching"]["memory_prediction_error"] is not None
                for e in entries), entries
-    assert validate_generation(deployed_lake, summary, cfg, cfg.generate_gate, IMAGE)["success"]
+    assert validate_generation(deployed_lake, summary, cfg, IMAGE)["success"]
 
 
 def test_a_rerun_reuses_the_cache_and_says_so(deployed_lake):
@@ -127,7 +127,7 @@ def test_gate_4_fails_when_a_blocked_prompt_was_generated(deployed_lake):
     pq.write_table(__import__("pyarrow").Table.from_pylist(table, schema=gen_run.generation_schema(IMAGE)), buf)
     rewrite_recorded(deployed_lake, f"{prefix}/_MANIFEST.json", key, buf.getvalue())
     with pytest.raises(GateFailed, match="should_refuse"):
-        validate_generation(deployed_lake, summary, cfg, cfg.generate_gate, IMAGE)
+        validate_generation(deployed_lake, summary, cfg, IMAGE)
 
 
 def test_a_rerun_of_the_date_with_another_prompt_count_draws_its_own_demo_set(deployed_lake):

@@ -69,7 +69,7 @@ def test_each_bad_line_is_one_refused_prompt_and_every_other_prompt_is_answered(
     for s in plan["shards"]:
         gen_run.generate_shard(deployed_lake, plan, s, cfg, IMAGE)
     summary = gen_run.finish_generation(deployed_lake, plan, cfg, IMAGE)
-    assert validate_generation(deployed_lake, summary, cfg, cfg.generate_gate, IMAGE)["success"]
+    assert validate_generation(deployed_lake, summary, cfg, IMAGE)["success"]
     rows = {r["prompt_id"]: r for r in rows_of(deployed_lake, plan)}
     assert {p["prompt_id"] for p in good} <= rows.keys() and len(rows) == len(good) + len(POISON)
     assert all(rows[p["prompt_id"]]["status"] == "generated" for p in good)
@@ -90,7 +90,7 @@ def test_the_run_answers_the_version_it_pinned_when_the_file_is_dropped_again_mi
     assert sorted(r["prompt_id"] for r in rows_of(deployed_lake, plan)) == [p["prompt_id"] for p in first]
     assert deployed_lake.get_json(f"{gen_run.generation_prefix('shapes-cvae', DATE, plan['run_id'])}/_MANIFEST.json")[
         "prompts_sha256"] == plan["prompts_sha256"]
-    assert validate_generation(deployed_lake, summary, cfg, cfg.generate_gate, IMAGE)["success"]
+    assert validate_generation(deployed_lake, summary, cfg, IMAGE)["success"]
 
 
 def test_each_shard_reads_only_its_slice_and_refuses_one_that_changed(tmp_path, monkeypatch):

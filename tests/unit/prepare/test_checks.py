@@ -13,10 +13,12 @@ from aigc.config import PrepareConfig
 from aigc.prepare.minhash import jaccard
 from aigc.workloads.image import checks
 from aigc.workloads.image.checks import Rejected, decode_image, examine, normalise_caption, parse_line
+from aigc.workloads.image.config import ImageSettings
 from aigc.workloads.image.rawdrop import _png_bomb
 from aigc.workloads.world import Scene, png_bytes, render
 
 CFG = PrepareConfig()
+SETTINGS = ImageSettings()
 SCENE = Scene("red", "circle", "large", "center")
 GOOD = {"id": "r1", "caption": SCENE.caption, "image": "images/r1.png", "source": "shapes",
         "created_at": "2026-11-28T00:00:00+00:00"}
@@ -84,16 +86,16 @@ def test_an_escaped_lone_surrogate_is_rejected_not_passed_on():
 
 def test_captions_are_nfc_and_whitespace_is_collapsed():
     raw = " \t caf" + "e\u0301" + "\u00a0\u00a0au\u2003lait\n\nnoir\u3000 "
-    assert normalise_caption(raw, CFG) == "caf\u00e9 au lait noir"
+    assert normalise_caption(raw, SETTINGS) == "caf\u00e9 au lait noir"
 
 
 @pytest.mark.parametrize("caption", ["", "   ", "\t\n\u00a0\u2003"])
 def test_empty_captions(caption):
-    rejected(normalise_caption(caption, CFG), "caption_empty")
+    rejected(normalise_caption(caption, SETTINGS), "caption_empty")
 
 
 def test_caption_length_limits_name_the_limit_and_the_length():
-    cfg = PrepareConfig(min_caption_chars=5, max_caption_chars=20)
+    cfg = ImageSettings(min_caption_chars=5, max_caption_chars=20)
     assert "min_caption_chars=5 (got 3)" in rejected(normalise_caption("  a  b ", cfg), "caption_too_short")
     assert "max_caption_chars=20 (got 21)" in rejected(normalise_caption("x" * 21, cfg), "caption_too_long")
     assert normalise_caption("x" * 20, cfg) == "x" * 20 and normalise_caption("abcde", cfg) == "abcde"
@@ -104,22 +106,22 @@ def test_caption_length_limits_name_the_limit_and_the_length():
     ("an Explicit square", "explicit"), ("pornographic blue square", "pornographic"),
 ])
 def test_blocked_terms_match_whole_words_in_any_case(caption, term):
-    detail = rejected(normalise_caption(caption, CFG), "blocked_term")
+    detail = rejected(normalise_caption(caption, SETTINGS), "blocked_term")
     assert detail == f"caption contains blocked term {term!r}"
 
 
 @pytest.mark.parametrize("caption", ["the gorest square", "explicitly red", "nudes, pornography", "suicides"])
 def test_a_term_inside_a_longer_word_is_not_blocked(caption):
-    assert normalise_caption(caption, CFG) == caption
+    assert normalise_caption(caption, SETTINGS) == caption
 
 
 def test_a_custom_blocklist_replaces_the_shipped_one_and_ignores_comments(tmp_path):
     path = tmp_path / "terms.txt"
     path.write_text("# my terms, one per line\nwidget\n\n   # indented comment\n  Gizmo  \n")
-    cfg = PrepareConfig(blocklist=str(path))
-    rejected(normalise_caption("a red WIDGET", cfg), "blocked_term")
-    assert "'gizmo'" in rejected(normalise_caption("one gizmo", cfg), "blocked_term")
-    assert normalise_caption("NSFW content", cfg) == "NSFW content"  # the shipped list is not in force
+    blocklist = PrepareConfig(blocklist=str(path)).blocklist
+    rejected(normalise_caption("a red WIDGET", SETTINGS, blocklist), "blocked_term")
+    assert "'gizmo'" in rejected(normalise_caption("one gizmo", SETTINGS, blocklist), "blocked_term")
+    assert normalise_caption("NSFW content", SETTINGS, blocklist) == "NSFW content"  # the shipped list is not in force
     assert safety._blocklist_pattern(str(path)).pattern == r"\b(widget|gizmo)\b"
 
 
@@ -131,49 +133,49 @@ CORRUPT = PNG32[:MID] + bytes(b ^ 0xFF for b in PNG32[MID : MID + 8]) + PNG32[MI
 
 
 def test_missing_empty_and_oversized_images():
-    rejected(decode_image(None, CFG), "image_missing")
-    rejected(decode_image(b"", CFG), "image_empty")
-    small = PrepareConfig(max_image_bytes=len(PNG32) - 1)
+    rejected(decode_image(None, SETTINGS), "image_missing")
+    rejected(decode_image(b"", SETTINGS), "image_empty")
+    small = ImageSettings(max_image_bytes=len(PNG32) - 1)
     detail = rejected(decode_image(PNG32, small), "image_too_big_bytes")
     assert detail == f"image has {len(PNG32)} bytes, above max_image_bytes={len(PNG32) - 1}"
-    assert not isinstance(decode_image(PNG32, PrepareConfig(max_image_bytes=len(PNG32))), Rejected)
+    assert not isinstance(decode_image(PNG32, ImageSettings(max_image_bytes=len(PNG32))), Rejected)
 
 
 @pytest.mark.parametrize("data", [bytes(range(256)) * 3, PNG32[:MID], PNG32[:-30], CORRUPT])
 def test_undecodable_and_truncated_images(data):
-    rejected(decode_image(data, CFG), "image_undecodable")
+    rejected(decode_image(data, SETTINGS), "image_undecodable")
 
 
 def test_an_unidentifiable_image_gets_the_same_plain_detail_every_time():
     """Pillow's own message names a buffer's memory address, which made quarantine differ run to run."""
-    details = {rejected(decode_image(bytes(range(256)) * 3, CFG), "image_undecodable") for _ in range(3)}
+    details = {rejected(decode_image(bytes(range(256)) * 3, SETTINGS), "image_undecodable") for _ in range(3)}
     assert details == {"768 bytes that are not a PNG/JPEG/WEBP/GIF/BMP/TIFF image"}
 
 
 def test_a_png_bomb_is_refused_from_its_header():
     bomb = _png_bomb()  # 8000×8000 in ~190 KB
     assert len(bomb) < 300_000
-    cfg = PrepareConfig(max_side=65_536)  # only the pixel limit can refuse it
+    cfg = ImageSettings(max_side=65_536)  # only the pixel limit can refuse it
     assert rejected(decode_image(bomb, cfg), "image_too_large") == (
         "image is 8000×8000; limits are max_side=65536, max_image_pixels=16777216")
     # Proof that no pixel was decoded: with the image data cut off, the header alone still decides,
     # while under a looser limit the same bytes fail only when decoding starts.
     small_bomb = _png_bomb(2000)[:200]
-    rejected(decode_image(small_bomb, PrepareConfig(max_image_pixels=1_000_000)), "image_too_large")
-    rejected(decode_image(small_bomb, CFG), "image_undecodable")
+    rejected(decode_image(small_bomb, ImageSettings(max_image_pixels=1_000_000)), "image_too_large")
+    rejected(decode_image(small_bomb, SETTINGS), "image_undecodable")
 
 
 def test_a_side_over_max_side_is_too_large_and_under_min_side_too_small():
     assert "limits are max_side=40" in rejected(decode_image(png_bytes(render(SCENE, 48)),
-                                                             PrepareConfig(max_side=40)), "image_too_large")
+                                                             ImageSettings(max_side=40)), "image_too_large")
     tiny = png_bytes(Image.new("RGB", (20, 4), "white"))
-    assert rejected(decode_image(tiny, CFG), "image_too_small") == "image is 20×4, below min_side=8"
+    assert rejected(decode_image(tiny, SETTINGS), "image_too_small") == "image is 20×4, below min_side=8"
 
 
 @pytest.mark.parametrize("mode", ["RGBA", "P", "L"])
 def test_other_modes_become_rgb(mode):
     img = render(SCENE, 32).convert(mode)
-    out = decode_image(png_bytes(img), CFG)
+    out = decode_image(png_bytes(img), SETTINGS)
     curated = Image.open(io.BytesIO(out.png))
     assert (out.orig_mode, curated.mode, curated.size) == (mode, "RGB", (32, 32))
     assert curated.tobytes() == img.convert("RGB").tobytes()  # opaque: the pixels are kept exactly
@@ -182,17 +184,17 @@ def test_other_modes_become_rgb(mode):
 def test_transparent_pixels_are_composited_on_white():
     img = Image.new("RGBA", (32, 32), (0, 0, 0, 0))
     img.putpixel((3, 3), (10, 20, 30, 255))
-    curated = Image.open(io.BytesIO(decode_image(png_bytes(img), CFG).png))
+    curated = Image.open(io.BytesIO(decode_image(png_bytes(img), SETTINGS).png))
     assert curated.getpixel((0, 0)) == (255, 255, 255) and curated.getpixel((3, 3)) == (10, 20, 30)
 
 
 def test_other_sizes_are_resized_and_the_target_size_keeps_its_bytes():
-    out = decode_image(png_bytes(render(SCENE, 48)), CFG)
+    out = decode_image(png_bytes(render(SCENE, 48)), SETTINGS)
     assert (out.orig_width, out.orig_height, Image.open(io.BytesIO(out.png)).size) == (48, 48, (32, 32))
     assert len(out.thumb) == checks.THUMB_SIDE**2 * 3
     unchanged = png_bytes(render(SCENE, 64))
-    assert decode_image(unchanged, PrepareConfig(resolution=64)).png == unchanged
-    assert decode_image(PNG32, CFG).png == PNG32
+    assert decode_image(unchanged, ImageSettings(resolution=64)).png == unchanged
+    assert decode_image(PNG32, SETTINGS).png == PNG32
 
 
 @pytest.mark.parametrize("side", [32, 64, 128, 256, 24, 40])
@@ -218,7 +220,7 @@ def test_rgb_bytes_are_tobytes():
 # --- examine ------------------------------------------------------------------------------------
 
 def test_a_good_record_becomes_a_row():
-    row = examine({**GOOD, "caption": "  a large  red circle in the center "}, PNG32, CFG)
+    row = examine({**GOOD, "caption": "  a large  red circle in the center "}, PNG32, CFG, SETTINGS)
     sha = hashlib.sha256(PNG32).hexdigest()
     assert row["caption"] == SCENE.caption and row["caption_chars"] == len(SCENE.caption)
     assert (row["id"], row["image"], row["width"], row["height"], row["mode"]) == ("r1", PNG32, 32, 32, "RGB")
@@ -227,25 +229,25 @@ def test_a_good_record_becomes_a_row():
 
 
 def test_rejections_pass_through_examine():
-    rejected(examine({**GOOD, "caption": " "}, PNG32, CFG), "caption_empty")
-    rejected(examine(GOOD, None, CFG), "image_missing")
+    rejected(examine({**GOOD, "caption": " "}, PNG32, CFG, SETTINGS), "caption_empty")
+    rejected(examine(GOOD, None, CFG, SETTINGS), "image_missing")
 
 
 def test_the_content_hash_follows_the_caption_and_the_image_bytes():
-    base = examine(GOOD, PNG32, CFG)["content_hash"]
+    base = examine(GOOD, PNG32, CFG, SETTINGS)["content_hash"]
     buf = io.BytesIO()
     render(SCENE, 32).save(buf, format="PNG", compress_level=0)  # same pixels, other bytes
-    assert examine(GOOD, buf.getvalue(), CFG)["content_hash"] != base
-    assert examine({**GOOD, "caption": SCENE.caption + "!"}, PNG32, CFG)["content_hash"] != base
-    assert examine(dict(GOOD), PNG32, CFG)["content_hash"] == base
+    assert examine(GOOD, buf.getvalue(), CFG, SETTINGS)["content_hash"] != base
+    assert examine({**GOOD, "caption": SCENE.caption + "!"}, PNG32, CFG, SETTINGS)["content_hash"] != base
+    assert examine(dict(GOOD), PNG32, CFG, SETTINGS)["content_hash"] == base
 
 
 def test_near_identical_records_have_similar_signatures_and_different_ones_do_not():
-    original = examine(GOOD, PNG32, CFG)
+    original = examine(GOOD, PNG32, CFG, SETTINGS)
     noisy = Image.eval(render(SCENE, 32), lambda v: max(0, v - 3))  # as rawdrop's near duplicates
-    near = examine({**GOOD, "caption": "A large red circle in the center corner."}, png_bytes(noisy), CFG)
+    near = examine({**GOOD, "caption": "A large red circle in the center corner."}, png_bytes(noisy), CFG, SETTINGS)
     other = Scene("blue", "triangle", "small", "top left")
-    far = examine({**GOOD, "caption": other.caption}, png_bytes(render(other, 32)), CFG)
+    far = examine({**GOOD, "caption": other.caption}, png_bytes(render(other, 32)), CFG, SETTINGS)
     assert near["content_hash"] != original["content_hash"]
     def sig(row):
         return np.frombuffer(row["_sig"], dtype=np.uint32)

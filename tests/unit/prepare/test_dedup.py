@@ -13,12 +13,14 @@ from aigc.prepare.drop import drop_prefix, iter_lines, record_files
 from aigc.prepare.worker import examine_lines, init_worker
 from aigc.workloads.image import IMAGE, image_minhash
 from aigc.workloads.image.checks import Rejected
+from aigc.workloads.image.config import ImageSettings
 from aigc.workloads.image.dedup import Deduplicator, NearDedup
 from aigc.workloads.image.rawdrop import make_raw_drop
 from aigc.workloads.world import Scene, random_scene, render
 
 DATE = "2026-11-28"
 CFG = PrepareConfig(workers=1)
+DISTANCE = ImageSettings().near_dup_image_distance
 
 
 def curated_rows(tmp_path, n: int = 1500) -> list[dict]:
@@ -45,7 +47,7 @@ def near(row: dict, other: tuple) -> bool:
     bands, thumb, sig = keys_of(row)
     other_bands, other_thumb, other_sig, _ = other
     return bool(bands & other_bands) and np.mean(sig == other_sig) >= CFG.near_dup_threshold - 1e-9 and \
-        np.abs(thumb - other_thumb).max() <= CFG.near_dup_image_distance
+        np.abs(thumb - other_thumb).max() <= DISTANCE
 
 
 def keys_of(row: dict) -> tuple[set, np.ndarray, np.ndarray]:
@@ -67,7 +69,7 @@ def pairwise_first_match(rows: list[dict]) -> list[str | None]:
 
 def test_near_dedup_matches_the_pairwise_definition_on_a_generated_drop(tmp_path):
     rows = curated_rows(tmp_path)
-    near = NearDedup(CFG.near_dup_threshold, CFG.near_dup_num_perm, CFG.near_dup_image_distance, UNCAPPED)
+    near = NearDedup(CFG.near_dup_threshold, CFG.near_dup_num_perm, DISTANCE, UNCAPPED)
     found = []
     for row in rows:
         verdict = near.check(row)
@@ -145,7 +147,7 @@ def test_batched_dedup_matches_the_row_by_row_definition_whatever_the_batches(tm
     assert {v[0] for v in expected if v} == {"duplicate_id", "exact_duplicate", "near_duplicate"}
     rng = random.Random(11)
     for sizes in ([1], [len(rows)], [rng.randint(1, 300) for _ in range(100)]):
-        dedup = Deduplicator(CFG.near_dup_threshold, CFG.near_dup_num_perm, CFG.near_dup_image_distance, UNCAPPED)
+        dedup = Deduplicator(CFG.near_dup_threshold, CFG.near_dup_num_perm, DISTANCE, UNCAPPED)
         found, start, i = [], 0, 0
         while start < len(rows):
             batch = rows[start : start + sizes[i % len(sizes)]]
@@ -157,14 +159,14 @@ def test_batched_dedup_matches_the_row_by_row_definition_whatever_the_batches(tm
 def test_a_row_near_only_to_a_rejected_row_of_its_batch_is_kept():
     """A chain a ~ b ~ c with a ≁ c: b is a near-duplicate of a, and c, close only to the rejected b, stays."""
     bands = np.arange(minhash.bands_for(CFG.near_dup_threshold, CFG.near_dup_num_perm)[0], dtype=np.uint64).tobytes()
-    step = int(CFG.near_dup_image_distance) - 2  # within the distance; two steps are not
+    step = int(DISTANCE) - 2  # within the distance; two steps are not
 
     def row(name: str, level: int) -> dict:
         return {"id": name, "content_hash": hashlib.sha256(name.encode()).hexdigest(), "_bands": bands,
                 "_thumb": bytes([100 + level]) * 192, "_sig": bytes(4 * CFG.near_dup_num_perm)}
 
     for sizes in ([3], [1]):
-        dedup = Deduplicator(CFG.near_dup_threshold, CFG.near_dup_num_perm, CFG.near_dup_image_distance)
+        dedup = Deduplicator(CFG.near_dup_threshold, CFG.near_dup_num_perm, DISTANCE)
         rows = [row("a", 0), row("b", step), row("c", 2 * step)]
         verdicts = [v for size in sizes for i in range(0, 3, size) for v in dedup.check_batch(rows[i : i + size])]
         assert [v.reason if v else None for v in verdicts] == [None, "near_duplicate", None], sizes
@@ -185,7 +187,7 @@ def test_a_candidate_below_the_similarity_threshold_is_kept_however_close_its_th
         return {"id": name, "content_hash": hashlib.sha256(name.encode()).hexdigest(), "_bands": bands,
                 "_thumb": bytes(192), "_sig": sig.tobytes()}
 
-    dedup = Deduplicator(CFG.near_dup_threshold, CFG.near_dup_num_perm, CFG.near_dup_image_distance)
+    dedup = Deduplicator(CFG.near_dup_threshold, CFG.near_dup_num_perm, DISTANCE)
     first = row("a", np.arange(CFG.near_dup_num_perm, dtype=np.uint32))
     verdicts = dedup.check_batch([first]) + dedup.check_batch([row("b", below)]) + dedup.check_batch([row("c", at)])
     assert [v.reason if v else None for v in verdicts] == [None, None, "near_duplicate"]

@@ -5,7 +5,7 @@ import pickle
 import pytest
 import torch
 
-from aigc.config import DeployConfig, DeployGateThresholds
+from aigc.config import DeployConfig, DeployGateThresholds, PipelineConfig
 from aigc.lake.keys import join
 from aigc.quality.deploy import smoke_test
 from aigc.registry import Registry, VersionNotFound
@@ -14,7 +14,7 @@ from aigc.registry.safeload import UnsafeWeights
 from aigc.workloads.image import IMAGE
 from aigc.workloads.image.serving import Generator
 from aigc.workloads.image.variants import build_variants, smoke_prompts
-from tests.training_fixtures import DATE
+from tests.training_fixtures import DATE, image_workload
 
 FAST = DeployConfig(smoke_prompts=8, latency_batch=8, latency_repeats=2)
 
@@ -54,7 +54,8 @@ def test_every_variant_is_built_measured_and_smaller_where_it_should_be(trained_
 
 def test_gate_3_passes_the_baseline_and_marks_variants_that_miss_a_threshold(trained_lake):
     version = deployed(trained_lake)
-    strict = DeployGateThresholds(max_pixel_mae=0.0, max_latency_ms=1e6)  # only fp32 agrees with itself exactly
+    strict = PipelineConfig(workload=image_workload(max_pixel_mae=0.0),  # only fp32 agrees with itself exactly
+                            deploy_gate=DeployGateThresholds(max_latency_ms=1e6))
     result = smoke_test(trained_lake, "shapes-cvae", version, strict, DATE, IMAGE)
     assert result["success"] and "fp32" in result["eligible_variants"]
     assert {"bf16", "pruned", "int8"} <= set(result["not_eligible"])  # onnx may round to fp32's exact pixels
@@ -118,7 +119,8 @@ def test_a_variant_that_fails_to_load_fails_gate_3_with_its_reason(trained_lake)
     key = variant_key(registry.version_prefix(version), "pruned")
     trained_lake.put_bytes(key, b"\x00" * 64)  # truncated on disk
     with pytest.raises(GateFailed, match=r"variants: expect_column_values_to_be_in_set\(column='loads'"):
-        smoke_test(trained_lake, "shapes-cvae", version, DeployGateThresholds(max_latency_ms=1e6), DATE, IMAGE)
+        smoke_test(trained_lake, "shapes-cvae", version,
+                   PipelineConfig(deploy_gate=DeployGateThresholds(max_latency_ms=1e6)), DATE, IMAGE)
     assert "smoke_test" not in registry.get(version)  # nothing marked as passed
 
 

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from aigc.train.balance import balanced_plan, imbalance, naive_plan, sample_cost, step_imbalance
+from aigc.train.balance import balanced_plan, imbalance, naive_plan, step_imbalance
+from aigc.workloads.image import sample_cost
 
 
 def long_tailed_costs(n=8192, seed=0):

@@ -2,7 +2,7 @@
 
 import torch
 
-from aigc.config import ModelConfig
+from aigc.workloads.image.config import CVAEShape
 from aigc.workloads.image.cvae import ConditionalVAE, latents_for_seeds
 from aigc.workloads.image.tokenizer import Vocab
 
@@ -17,7 +17,7 @@ def test_vocab_is_built_by_frequency_and_maps_unknown_words():
 
 def test_the_vae_reconstructs_and_generates_at_each_resolution():
     for resolution in (32, 64):
-        cfg = ModelConfig(resolution=resolution, channels=8, latent_dim=4, text_dim=16)
+        cfg = CVAEShape(resolution=resolution, channels=8, latent_dim=4, text_dim=16)
         model = ConditionalVAE(10, cfg)
         images = torch.rand(3, 3, resolution, resolution)
         ids = torch.randint(1, 10, (3, 5))
@@ -37,6 +37,6 @@ def test_a_seed_gives_the_same_latent_whatever_the_batch():
 
 def test_validation_loss_is_deterministic():
     torch.manual_seed(0)
-    model = ConditionalVAE(10, ModelConfig(channels=8, latent_dim=4, text_dim=16))
+    model = ConditionalVAE(10, CVAEShape(channels=8, latent_dim=4, text_dim=16))
     images, ids = torch.rand(4, 3, 32, 32), torch.randint(1, 10, (4, 5))
     assert model(images, ids, sample=False).loss == model(images, ids, sample=False).loss

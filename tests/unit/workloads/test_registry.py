@@ -41,7 +41,7 @@ def user_module(monkeypatch):
 def test_the_image_workload_is_built_in_and_the_default():
     assert load_workload("image") is IMAGE and workload_of(PipelineConfig()) is IMAGE
     assert "image" in available() and IMAGE.stages == {"prepare", "train", "deploy", "generate", "evaluate"}
-    assert configure("demo", "image") == preset("demo")  # choosing the default changes nothing
+    assert configure("demo", "image") == configure("demo") == preset("demo", IMAGE)  # the default, with its settings
 
 
 def test_a_workload_by_module_path_as_a_class_or_an_instance(user_module):

@@ -190,7 +190,8 @@ def test_stage_3_registers_builds_the_torch_variants_and_gates_them(deployed):
     assert fp32["agreement_vs_fp32"] == 1.0 and 0.0 <= bf16["agreement_vs_fp32"] <= 1.0
     assert bf16["size_vs_fp32"] == pytest.approx(0.5, abs=0.02) and fp32["latency_ms_b1"] > 0
     assert gate["success"] and "fp32" in gate["eligible_variants"]
-    assert ("bf16" in gate["eligible_variants"]) == (bf16["agreement_vs_fp32"] >= cfg.deploy_gate.min_text_agreement)
+    bar = cfg.workload.settings.min_text_agreement
+    assert ("bf16" in gate["eligible_variants"]) == (bf16["agreement_vs_fp32"] >= bar)
     serving = load_serving(lake, "logs-gpt", "candidate", "fp32", "cpu", load_workload("text").serving)
     prompts = ["Log a.\nItem 1: a small red circle at the top.\nItem 2:", "Log b.\nItem 1:"]
     outputs = serving.generate(prompts, [0, 1])
@@ -267,7 +268,7 @@ def test_stage_5_measures_with_intervals_gates_and_promotes(deployed):
     checks = {c["check"]: c for c in lake.get_json(
         f"evaluations/logs-gpt/dt={DATE}/run=20261120T010000000000Z-eval01/metrics.json")["gates"]["evaluation"]["checks"]}
     assert set(checks) == {"content_alignment", "model_alignment", "perplexity", "safety_violations"}
-    strict = cfg.override({"evaluate_gate": {"max_perplexity": 1.0001}})  # no model of this size is that sure
+    strict = cfg.override({"workload": {"settings": {"max_perplexity": 1.0001}}})  # no model of this size is that sure
     from aigc.quality.gate import GateFailed
 
     with pytest.raises(GateFailed, match="held-out perplexity is .* significantly above the maximum 1.0001"):

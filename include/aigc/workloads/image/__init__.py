@@ -1,11 +1,12 @@
 """The built-in image workload: caption → image, a conditional VAE (``aigc.workloads.image.cvae``) over the curated
-shapes drop (``aigc.prepare``), judged by the pixel checker (``aigc.evaluate``)."""
+shapes drop, judged by the pixel checker (``aigc.workloads.image.checker``); its settings in ``config.py``."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from aigc.workload import Workload
+from aigc.workloads.image.config import ImageSettings, image_settings
 
 
 class ImageWorkload(Workload):
@@ -15,11 +16,22 @@ class ImageWorkload(Workload):
     loss_parts = ("recon", "kl")
     loss_title = "training: negative ELBO per pixel"
     stages = frozenset({"prepare", "train", "deploy", "generate", "evaluate"})
-    preload_modules = ("aigc.train.balance", *(f"aigc.workloads.image.{m}" for m in (
-        "rawdrop", "records", "training", "variants", "prompts", "engine", "gallery", "gate", "evaluation", "report")))
+    settings_class = ImageSettings
+    cli_settings = {"make-raw": ("resolution",),
+                    "prepare": ("resolution", "min_caption_chars", "max_caption_chars", "min_side", "max_side",
+                                "max_image_pixels", "max_image_bytes", "near_dup_image_distance"),
+                    "train": ("resolution", "channels", "latent_dim", "text_dim", "max_tokens", "kl_weight"),
+                    "deploy": ("max_pixel_mae", "min_image_std"), "generate": ("blank_std",),
+                    "evaluate": ("checker_images", "reference_seeds", "min_checker_accuracy", "max_fid")}
+    preload_modules = tuple(f"aigc.workloads.image.{m}" for m in (
+        "rawdrop", "records", "training", "variants", "prompts", "engine", "gallery", "gate", "evaluation", "report"))
+
+    def config_overrides(self, preset):
+        if preset == "smoke":  # a deployment check: fewer reference renderings, and the distribution bar is off
+            return {"workload": {"settings": {"reference_seeds": 1, "max_fid": 100.0}}}
+        return {}
 
     def sample_costs(self, columns, cfg):
-        from aigc.train.balance import sample_cost
         from aigc.workloads.image.tokenizer import words
 
         pixels = np.asarray(columns["width"], dtype=np.int64) * np.asarray(columns["height"], dtype=np.int64)
@@ -34,7 +46,7 @@ class ImageWorkload(Workload):
     def records(self, cfg):
         from aigc.workloads.image.records import ImageRecordRules
 
-        return ImageRecordRules()
+        return ImageRecordRules(image_settings(cfg) if cfg is not None else ImageSettings())
 
     variant_kinds = ("fp32", "bf16", "pruned", "onnx", "int8")
 
@@ -48,9 +60,10 @@ class ImageWorkload(Workload):
 
         return smoke_prompts(n, seed)[0]
 
-    def variant_checks(self, entry, thresholds):
-        return {"pixel_mae_vs_fp32": entry["pixel_mae_vs_fp32"] <= thresholds.max_pixel_mae,
-                "image_std": entry["image_std"] >= thresholds.min_image_std}
+    def variant_checks(self, entry, cfg):
+        s = image_settings(cfg)
+        return {"pixel_mae_vs_fp32": entry["pixel_mae_vs_fp32"] <= s.max_pixel_mae,
+                "image_std": entry["image_std"] >= s.min_image_std}
 
     def build_variants(self, lake, model, version, cfg):
         from aigc.workloads.image.variants import build_variants
@@ -74,20 +87,20 @@ class ImageWorkload(Workload):
 
         return "gallery.png", gallery_png([r["image"] for r in rows], [r["prompt"] for r in rows])
 
-    def generation_checks(self, rows, cfg, thresholds):
+    def generation_checks(self, rows, cfg):
         from aigc.workloads.image.gate import generation_checks
 
-        return generation_checks(rows, cfg, thresholds)
+        return generation_checks(rows, cfg)
 
     def evaluate(self, lake, generation, cfg, run_id):
         from aigc.workloads.image.evaluation import evaluate
 
         return evaluate(lake, generation, cfg, run_id=run_id)
 
-    def evaluation_checks(self, metrics, thresholds):
+    def evaluation_checks(self, metrics, cfg):
         from aigc.workloads.image.gate import evaluation_checks
 
-        return evaluation_checks(metrics, thresholds)
+        return evaluation_checks(metrics, cfg.evaluate_gate, image_settings(cfg))
 
     def write_report(self, lake, prefix, metrics, points, front, record, generation):
         from aigc.workloads.image.report import write_report
@@ -97,15 +110,23 @@ class ImageWorkload(Workload):
     def make_raw_drop(self, raw, date, cfg):
         from aigc.workloads.image.rawdrop import make_raw_drop
 
-        return make_raw_drop(raw, date, cfg.raw)
+        return make_raw_drop(raw, date, cfg.raw, image_settings(cfg).resolution)
 
 
 IMAGE = ImageWorkload()
 
 
-def prepare_image(raw, lake, date, cfg, *, run_id: str | None = None) -> dict:
-    """Stage 1 of the image workload on this host (``aigc.prepare.prepare`` with its record rules): what tests,
-    benches and notebooks call where the pipeline would choose the workload by name."""
-    from aigc.prepare import prepare
+def sample_cost(pixels: np.ndarray, tokens: np.ndarray, *, token_weight: float = 64.0) -> np.ndarray:
+    """Relative compute of one sample: decoding and convolutions scale with pixels, the caption
+    encoder with tokens (one token costs about as much as ``token_weight`` pixels here)."""
+    return pixels.astype(np.float64) + token_weight * tokens.astype(np.float64)
 
-    return prepare(raw, lake, date, cfg, rules=IMAGE.records(None), workload=IMAGE.name, run_id=run_id)
+
+def prepare_image(raw, lake, date, cfg, *, settings: ImageSettings | None = None, run_id: str | None = None) -> dict:
+    """Stage 1 of the image workload on this host (``aigc.prepare.prepare`` with its record rules, ``settings`` or
+    their defaults): what tests, benches and notebooks call where the pipeline would choose the workload by name."""
+    from aigc.prepare import prepare
+    from aigc.workloads.image.records import ImageRecordRules
+
+    rules = ImageRecordRules(settings or ImageSettings())
+    return prepare(raw, lake, date, cfg, rules=rules, workload=IMAGE.name, run_id=run_id)

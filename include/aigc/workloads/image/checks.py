@@ -23,10 +23,10 @@ from aigc.config import PrepareConfig
 from aigc.jsonlines import JsonLimits
 from aigc.lake.keys import LakeKeyError, validate_key
 from aigc.prepare import minhash
-from aigc.prepare.drop import RECORD_FIELDS
 from aigc.prepare.records import Rejected, Unreadable, parse_record
 from aigc.safety import blocked_term
 from aigc.workloads.image import image_minhash
+from aigc.workloads.image.config import ImageSettings
 
 REASONS = (
     "invalid_utf8", "malformed_json", "record_too_large", "missing_field", "image_key_invalid", "duplicate_id",
@@ -38,6 +38,8 @@ REASONS = (
 
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 """Decoders tried, in order: naming them spares Pillow probing every plugin it knows."""
+RECORD_FIELDS = ("id", "caption", "image", "source", "created_at")
+"""A raw record of an image drop: ``image`` is the key of its image object, relative to the drop."""
 THUMB_SIDE = 8  # the RGB thumbnail near-duplicate detection compares
 
 
@@ -53,7 +55,9 @@ def parse_line(data: bytes, limits: JsonLimits | None = None) -> dict | Rejected
     return record
 
 
-def normalise_caption(caption: str, cfg: PrepareConfig) -> str | Rejected:
+def normalise_caption(caption: str, cfg: ImageSettings, blocklist: str | None = None) -> str | Rejected:
+    """A caption in NFC with its spaces collapsed, or why not: its length against ``cfg``'s limits, and the
+    blocklist (``PrepareConfig.blocklist``: a file, None for the shipped list)."""
     text = unicodedata.normalize("NFC", caption)
     text = " ".join(text.split())  # every Unicode space, tab or newline → one space
     if not text:
@@ -67,7 +71,7 @@ def normalise_caption(caption: str, cfg: PrepareConfig) -> str | Rejected:
             f"caption longer than max_caption_chars={cfg.max_caption_chars} (got {len(text)}); "
             "raise --max-caption-chars",
         )
-    term = blocked_term(text, cfg.blocklist)
+    term = blocked_term(text, blocklist)
     if term:
         return Rejected("blocked_term", f"caption contains blocked term {term!r}")
     return text
@@ -108,7 +112,9 @@ def _bomb_warnings_as_errors() -> Iterator[None]:
             _guarded.on = False
 
 
-def decode_image(data: bytes | Unreadable | None, cfg: PrepareConfig) -> DecodedImage | Rejected:
+def decode_image(data: bytes | Unreadable | None, cfg: ImageSettings) -> DecodedImage | Rejected:
+    """Bytes of a drop's image → the curated image (RGB PNG at ``cfg.resolution``), or why not: the size limits are
+    checked on the header, before a pixel is decompressed."""
     if isinstance(data, Unreadable):
         return Rejected("image_key_invalid", data.detail)
     if data is None:
@@ -203,19 +209,20 @@ def content_hash(image_sha256: str, caption: str) -> str:
     return hashlib.sha256(f"{image_sha256}\0{caption}".encode()).hexdigest()
 
 
-def examine(record: dict, image: bytes | None, cfg: PrepareConfig) -> dict | Rejected:
+def examine(record: dict, image: bytes | None, cfg: PrepareConfig, settings: ImageSettings) -> dict | Rejected:
     """One parsed record and its image bytes → a curated row (plus dedup keys) or a rejection."""
-    return examine_all([(record, image)], cfg)[0]
+    return examine_all([(record, image)], cfg, settings)[0]
 
 
-def examine_all(pairs: list[tuple[dict, bytes | None]], cfg: PrepareConfig) -> list[dict | Rejected]:
+def examine_all(pairs: list[tuple[dict, bytes | None]], cfg: PrepareConfig,
+                settings: ImageSettings) -> list[dict | Rejected]:
     """``examine`` for a batch of (record, image bytes): the near-dup keys of every row are
     computed together, vectorised over the batch."""
     with _bomb_warnings_as_errors():
-        out = [_examine_one(record, image, cfg) for record, image in pairs]
+        out = [_examine_one(record, image, cfg, settings) for record, image in pairs]
     rows = [row for row in out if not isinstance(row, Rejected)]
     if rows:
-        side = cfg.resolution
+        side = settings.resolution
         pixels = np.frombuffer(b"".join(row.pop("_pixels") for row in rows), dtype=np.uint8)
         pixels = pixels.reshape(len(rows), side, side, 3)
         thumbs = thumbnails(pixels).reshape(len(rows), -1)
@@ -228,11 +235,11 @@ def examine_all(pairs: list[tuple[dict, bytes | None]], cfg: PrepareConfig) -> l
     return out
 
 
-def _examine_one(record: dict, image: bytes | None, cfg: PrepareConfig) -> dict | Rejected:
-    caption = normalise_caption(record["caption"], cfg)
+def _examine_one(record: dict, image: bytes | None, cfg: PrepareConfig, settings: ImageSettings) -> dict | Rejected:
+    caption = normalise_caption(record["caption"], settings, cfg.blocklist)
     if isinstance(caption, Rejected):
         return caption
-    decoded = decode_image(image, cfg)
+    decoded = decode_image(image, settings)
     if isinstance(decoded, Rejected):
         return decoded
     image_sha = hashlib.sha256(image).hexdigest()
@@ -240,8 +247,8 @@ def _examine_one(record: dict, image: bytes | None, cfg: PrepareConfig) -> dict 
         "id": record["id"],
         "caption": caption,
         "image": decoded.png,
-        "width": cfg.resolution,
-        "height": cfg.resolution,
+        "width": settings.resolution,
+        "height": settings.resolution,
         "mode": "RGB",
         "orig_width": decoded.orig_width,
         "orig_height": decoded.orig_height,

@@ -15,13 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aigc.config import ModelConfig
+from aigc.workloads.image.config import CVAEShape
 
 
 class CaptionEncoder(nn.Module):
     """(B, L) token ids → (B, text_dim): embeddings + one self-attention layer + masked mean."""
 
-    def __init__(self, vocab_size: int, cfg: ModelConfig):
+    def __init__(self, vocab_size: int, cfg: CVAEShape):
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, cfg.text_dim, padding_idx=0)
         self.positions = nn.Embedding(cfg.max_tokens, cfg.text_dim)
@@ -64,7 +64,7 @@ class VAELoss:
 class ConditionalVAE(nn.Module):
     """Images in [0, 1], shape (B, 3, R, R); captions as (B, L) token ids."""
 
-    def __init__(self, vocab_size: int, cfg: ModelConfig):
+    def __init__(self, vocab_size: int, cfg: CVAEShape):
         super().__init__()
         self.cfg = cfg
         c, r = cfg.channels, cfg.resolution

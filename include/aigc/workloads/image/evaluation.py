@@ -27,6 +27,7 @@ from aigc.lake.keys import join, parse_date
 from aigc.plots import pareto_chart
 from aigc.registry import Registry, VersionNotFound
 from aigc.workloads.image.checker import ATTRIBUTES
+from aigc.workloads.image.config import image_settings
 from aigc.workloads.image.grid import measure_grid, variant_quality
 from aigc.workloads.image.metrics import alignment_estimate, assess, diversity, frechet_estimate, require_scorable
 from aigc.workloads.image.reference import checker_reference, evaluation_prompts
@@ -43,7 +44,7 @@ def real_images(lake: Lake, dataset: str, date: str, n: int) -> tuple[list[np.nd
     """Held-out real images of the day (the curated validation split), with their captions."""
     from aigc.train.data import load_window
 
-    index = load_window(lake, dataset, date, 1)
+    index = load_window(lake, dataset, date, 1, ("caption",))
     _train, held_out = index.split(0.05, n)
     if len(held_out) < 16:  # a tiny partition: take what there is
         held_out = np.arange(min(n, len(index)))
@@ -52,7 +53,7 @@ def real_images(lake: Lake, dataset: str, date: str, n: int) -> tuple[list[np.nd
         column = index.shard(lake, s).read(columns=["image"]).column("image")
         for i in held_out[index.shard_of[held_out] == s]:
             images.append(_decode(column[int(index.row_of[i])].as_py()))
-            captions.append(index.captions[i])
+            captions.append(index.columns["caption"][i])
     return images, captions
 
 
@@ -68,13 +69,13 @@ def evaluate(lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) 
     prefix = evaluation_prefix(model, date, run_id)
     registry = Registry(lake, model)
     record = registry.get(version)
-    e = cfg.evaluate
+    e, s = cfg.evaluate, image_settings(cfg)
 
     # The checker's own accuracy: on its fixed reference set, and on the day's held-out real images.
-    real, real_captions = real_images(lake, cfg.prepare.dataset, date, e.checker_images)
+    real, real_captions = real_images(lake, cfg.prepare.dataset, date, s.checker_images)
     require_scorable(real_captions, f"held-out captions of curated/{cfg.prepare.dataset}/dt={date}")
-    resolution = real[0].shape[0] if real else cfg.prepare.resolution
-    reference = checker_reference(lake, resolution, e.reference_seeds, e.confidence)
+    resolution = real[0].shape[0] if real else s.resolution
+    reference = checker_reference(lake, resolution, s.reference_seeds, e.confidence)
     checker = assess(real, real_captions)
 
     # The day's content: the generation run gate 5 publishes if it passes.

@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from aigc.config import EvaluationGateThresholds, GenerateGateThresholds, PipelineConfig
-from aigc.config.form import how_to_set
+from aigc.config import EvaluationGateThresholds, PipelineConfig
+from aigc.config.form import how_to_set, how_to_set_setting
 from aigc.quality.evaluation import Check, figure
+from aigc.workloads.image.config import ImageSettings, image_settings
 
 
 def _image_stats(data: bytes | None) -> tuple[int | None, int | None, float | None]:
@@ -26,7 +27,7 @@ def _image_stats(data: bytes | None) -> tuple[int | None, int | None, float | No
     return img.width, img.height, float(np.asarray(img, dtype=np.float32).std())
 
 
-def generation_checks(rows: pd.DataFrame, cfg: PipelineConfig, thresholds: GenerateGateThresholds):
+def generation_checks(rows: pd.DataFrame, cfg: PipelineConfig):
     """The image workload's part of gate 4: images decode at the model's size and are not blank."""
     import great_expectations.expectations as gxe
 
@@ -34,16 +35,18 @@ def generation_checks(rows: pd.DataFrame, cfg: PipelineConfig, thresholds: Gener
     rows = rows.drop(columns=["image"]).assign(
         decoded_width=[s[0] for s in stats], decoded_height=[s[1] for s in stats], pixel_std=[s[2] for s in stats])
     generated = rows[rows["status"] == "generated"]
-    r = cfg.model.resolution
-    blank = float((generated["pixel_std"] < thresholds.blank_std).mean()) if len(generated) else 0.0
+    s = image_settings(cfg)
+    r = s.resolution
+    blank = float((generated["pixel_std"] < s.blank_std).mean()) if len(generated) else 0.0
     return rows, [
         gxe.ExpectColumnValuesToBeBetween(column="decoded_width", min_value=r, max_value=r),
         gxe.ExpectColumnValuesToBeBetween(column="decoded_height", min_value=r, max_value=r),
-    ], {"blank_fraction": (blank, thresholds.max_blank_fraction)}
+    ], {"blank_fraction": (blank, cfg.generate_gate.max_blank_fraction)}
 
 
-def evaluation_checks(metrics: dict, t: EvaluationGateThresholds) -> list[Check]:
-    """Gate 5's checks on an evaluation's ``metrics.json``, in the order the report lists them."""
+def evaluation_checks(metrics: dict, t: EvaluationGateThresholds, s: ImageSettings) -> list[Check]:
+    """Gate 5's checks on an evaluation's ``metrics.json``, in the order the report lists them: ``t`` the core's
+    thresholds, ``s`` the image workload's (the checker's accuracy, the Fréchet distance)."""
     iv = metrics["intervals"]
     rec = metrics.get("recommended") or {}
     config = f"{rec.get('variant')}/{rec.get('policy')}"
@@ -56,7 +59,7 @@ def evaluation_checks(metrics: dict, t: EvaluationGateThresholds) -> list[Check]
 
     train_longer = f"Train longer or on more data ({how_to_set('train', 'steps')})"
     accept = f"to accept it, lower the minimum with {how_to_set('evaluate_gate', 'min_alignment')}"
-    checker_bar = f"lower the bar with {how_to_set('evaluate_gate', 'min_checker_accuracy')}"
+    checker_bar = f"lower the bar with {how_to_set_setting('image', 'min_checker_accuracy')}"
     return [
         Check("content_alignment", "alignment of the day's content", hi(iv["alignment"]), t.min_alignment, True,
               figure(iv["alignment"]),
@@ -69,23 +72,23 @@ def evaluation_checks(metrics: dict, t: EvaluationGateThresholds) -> list[Check]
               f"evaluation prompts (every attribute combination) right, significantly below the minimum "
               f"{t.min_alignment:g}: the model does not cover the whole caption grammar. {train_longer}; {accept}."),
         Check("checker_reference", "checker accuracy on its reference set", hi(iv["checker_reference"]),
-              t.min_checker_accuracy, True, figure(iv["checker_reference"], "{:.4f}"),
+              s.min_checker_accuracy, True, figure(iv["checker_reference"], "{:.4f}"),
               f"the checker reads its fixed reference scenes right {figure(iv['checker_reference'], '{:.4f}')}, "
-              f"significantly below the minimum {t.min_checker_accuracy:g}: no alignment figure can be trusted. "
+              f"significantly below the minimum {s.min_checker_accuracy:g}: no alignment figure can be trusted. "
               "The checker or the reference world changed: see checker_reference.misread in metrics.json for "
               f"examples, and fix the checker; or {checker_bar}."),
         Check("checker_real", "checker accuracy on the day's held-out real images", hi(iv["checker_real"]),
-              t.min_checker_accuracy, True, figure(iv["checker_real"], "{:.4f}"),
+              s.min_checker_accuracy, True, figure(iv["checker_real"], "{:.4f}"),
               f"the checker reads the day's held-out real images right {figure(iv['checker_real'], '{:.4f}')}, "
-              f"significantly below the minimum {t.min_checker_accuracy:g}, though it reads its reference set "
+              f"significantly below the minimum {s.min_checker_accuracy:g}, though it reads its reference set "
               "well: the day's data differ from the reference world (a new source, resolution or caption style?). "
               f"Inspect the curated partition; or {checker_bar}."),
-        Check("fid", "Fréchet distance to real images", lo(iv["fid"], 1e9), t.max_fid, False,
+        Check("fid", "Fréchet distance to real images", lo(iv["fid"], 1e9), s.max_fid, False,
               figure(iv["fid"], "{:.4f}"),
               f"the Fréchet distance between generated and real images is {figure(iv['fid'], '{:.4f}')}, "
-              f"significantly above the maximum {t.max_fid:g}: the generated images are not distributed like real "
+              f"significantly above the maximum {s.max_fid:g}: the generated images are not distributed like real "
               f"ones (colours, backgrounds, placement or sizes are off). {train_longer}; to accept it, raise the "
-              f"maximum with {how_to_set('evaluate_gate', 'max_fid')}."),
+              f"maximum with {how_to_set_setting('image', 'max_fid')}."),
         Check("safety_violations", "generated images for prompts with blocked terms",
               float(metrics["safety_violations"]), 0.0, False, str(metrics["safety_violations"]),
               f"{metrics['safety_violations']} image(s) were generated for prompts with blocked terms, where the "

@@ -15,9 +15,10 @@ def make_demo_prompts(lake: Lake, dataset: str, date: str | dt.date, cfg: Genera
     """Held-out captions of the date's curated partition (its validation split) and a few blocked ones, at ``key``."""
     from aigc.train.data import load_window
 
-    index = load_window(lake, dataset, date, 1)
+    index = load_window(lake, dataset, date, 1, ("caption",))
     _train, held_out = index.split(0.05, 10**9)
-    captions = [index.captions[i] for i in held_out] or index.captions
+    every = index.columns["caption"]
+    captions = [every[i] for i in held_out] or every
     rng = random.Random(cfg.seed)
     chosen = [rng.choice(captions) for _ in range(cfg.prompts)]
     terms = blocked_terms()

@@ -41,8 +41,9 @@ bench checks prepare's verdicts against. Prepare never reads it."""
 _COPIES = ("exact_duplicate", "near_duplicate", "duplicate_id")
 
 
-def make_raw_drop(raw: Lake, date: str | dt.date, cfg: RawDropConfig) -> dict:
-    """Write the drop for ``date`` under ``raw`` (replacing one already there); return counts."""
+def make_raw_drop(raw: Lake, date: str | dt.date, cfg: RawDropConfig, resolution: int = 32) -> dict:
+    """Write the drop for ``date`` under ``raw`` (replacing one already there), its images ``resolution`` pixels
+    square (``ImageSettings.resolution``); return counts."""
     date = parse_date(date)
     prefix = drop_prefix(date)
     raw.delete_prefix(prefix)  # a re-run replaces the drop, it never appends to it
@@ -67,8 +68,8 @@ def make_raw_drop(raw: Lake, date: str | dt.date, cfg: RawDropConfig) -> dict:
             kind = rng.choice(DIRT_KINDS) if rng.random() < cfg.dirt_rate else None
             if kind in ("exact_duplicate", "near_duplicate", "duplicate_id") and not recent:
                 kind = None
-            image = None if kind else png_bytes(render(scene, cfg.resolution))
-            line, image, original = _dirty(kind, record, image, scene, cfg, rng, recent)
+            image = None if kind else png_bytes(render(scene, resolution))
+            line, image, original = _dirty(kind, record, image, scene, resolution, rng, recent)
             if kind:
                 planted[kind] += 1
                 planted_ids.setdefault(kind, []).append([rec_id, original] if kind in _COPIES else rec_id)
@@ -97,7 +98,7 @@ def make_raw_drop(raw: Lake, date: str | dt.date, cfg: RawDropConfig) -> dict:
     }
 
 
-def _dirty(kind, record, image, scene, cfg, rng, recent) -> tuple[bytes, bytes | None, str | None]:
+def _dirty(kind, record, image, scene, res, rng, recent) -> tuple[bytes, bytes | None, str | None]:
     """Apply one kind of dirt; return (the JSONL line, the image bytes to upload or None, the id of the record a
     copy was made from or None)."""
     if kind in _COPIES:
@@ -105,18 +106,17 @@ def _dirty(kind, record, image, scene, cfg, rng, recent) -> tuple[bytes, bytes |
         if kind == "exact_duplicate":  # the same content re-uploaded under a new id
             return _line({**original, "id": record["id"], "image": record["image"]}), original_image, original["id"]
         if kind == "duplicate_id":  # new content that reuses an id already in the drop
-            image = png_bytes(render(scene, cfg.resolution))
+            image = png_bytes(render(scene, res))
             return _line({**record, "id": original["id"]}), image, original["id"]
         noisy = Image.open(io.BytesIO(original_image)).convert("RGB")
         noisy = Image.eval(noisy, lambda v: max(0, min(255, v + rng.choice((-3, 0, 3)))))
         caption = original["caption"].replace("a ", "A ", 1) + rng.choice((".", " corner.", "!", " ."))
         return _line({**record, "caption": caption}), png_bytes(noisy), original["id"]
-    return (*_defect(kind, record, image, scene, cfg, rng), None)
+    return (*_defect(kind, record, image, scene, res, rng), None)
 
 
-def _defect(kind, record, image, scene, cfg, rng) -> tuple[bytes, bytes | None]:
+def _defect(kind, record, image, scene, res, rng) -> tuple[bytes, bytes | None]:
     """A record's own defect (not a copy of another): (the JSONL line, the image bytes to upload or None)."""
-    res = cfg.resolution
     if kind is None:
         return _line(record), image
     good = png_bytes(render(scene, res))

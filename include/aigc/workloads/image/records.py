@@ -3,11 +3,21 @@ decoding processes, and near-duplicates confirmed on thumbnails in the parent (`
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from aigc.prepare.records import Examined, Rejected
-from aigc.prepare.shards import CURATED_SCHEMA
 from aigc.workload import RecordRules
 from aigc.workloads.image.checks import REASONS, examine_all, parse_line
+from aigc.workloads.image.config import ImageSettings
 from aigc.workloads.image.dedup import Deduplicator
+
+CURATED_SCHEMA = pa.schema([
+    ("id", pa.string()), ("caption", pa.string()), ("image", pa.binary()),
+    ("width", pa.int32()), ("height", pa.int32()), ("mode", pa.string()),
+    ("orig_width", pa.int32()), ("orig_height", pa.int32()), ("orig_mode", pa.string()),
+    ("caption_chars", pa.int32()), ("image_sha256", pa.string()), ("content_hash", pa.string()),
+    ("source", pa.string()), ("created_at", pa.string()),
+])
 
 
 class ImageRecordRules(RecordRules):
@@ -20,11 +30,15 @@ class ImageRecordRules(RecordRules):
     reasons = REASONS
     curated_schema = CURATED_SCHEMA
 
+    def __init__(self, settings: ImageSettings):
+        self.settings = settings  # sent pickled to the decoding processes with the rules
+
     def examine_lines(self, lines, fetch_all, cfg):
         parsed = [parse_line(line.data, cfg.json_limits) for line in lines]
         records = [p for p in parsed if not isinstance(p, Rejected)]
         images = fetch_all([r["image"] for r in records])  # in the order of `records`
-        checked = iter(zip(images, examine_all(list(zip(records, images, strict=True)), cfg), strict=True))
+        verdicts = examine_all(list(zip(records, images, strict=True)), cfg, self.settings)
+        checked = iter(zip(images, verdicts, strict=True))
         outcomes, rows = [], []
         for p in parsed:
             if isinstance(p, Rejected):
@@ -32,7 +46,7 @@ class ImageRecordRules(RecordRules):
                 continue
             image, verdict = next(checked)
             if isinstance(verdict, Rejected):
-                worth_keeping = isinstance(image, bytes) and len(image) <= cfg.max_image_bytes
+                worth_keeping = isinstance(image, bytes) and len(image) <= self.settings.max_image_bytes
                 outcomes.append((p, image if worth_keeping else None, verdict))
             else:  # a curated row carries its (normalised) image, so the raw bytes are not sent back twice
                 rows.append(verdict)
@@ -40,17 +54,17 @@ class ImageRecordRules(RecordRules):
         return Examined(outcomes, {name: [row[name] for row in rows] for name in self.curated_schema.names})
 
     def deduplicator(self, cfg):
-        return Deduplicator(cfg.near_dup_threshold, cfg.near_dup_num_perm, cfg.near_dup_image_distance,
+        return Deduplicator(cfg.near_dup_threshold, cfg.near_dup_num_perm, self.settings.near_dup_image_distance,
                             cfg.near_dup_per_bucket)
 
     def expectations(self, cfg):
         import great_expectations.expectations as gxe
 
-        res = cfg.resolution
+        res = self.settings.resolution
         return [
             *[gxe.ExpectColumnValuesToNotBeNull(column=c) for c in ("caption", "image_sha256")],
-            gxe.ExpectColumnValueLengthsToBeBetween(column="caption", min_value=cfg.min_caption_chars,
-                                                    max_value=cfg.max_caption_chars),
+            gxe.ExpectColumnValueLengthsToBeBetween(column="caption", min_value=self.settings.min_caption_chars,
+                                                    max_value=self.settings.max_caption_chars),
             gxe.ExpectColumnValuesToBeBetween(column="width", min_value=res, max_value=res),
             gxe.ExpectColumnValuesToBeBetween(column="height", min_value=res, max_value=res),
             gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=["RGB"]),

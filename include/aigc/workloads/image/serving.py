@@ -5,22 +5,22 @@ from __future__ import annotations
 import torch
 from safetensors.torch import load as load_safetensors
 
-from aigc.config import ModelConfig
 from aigc.lake import Lake
 from aigc.registry import variants
 from aigc.registry.loader import load_serving
+from aigc.workloads.image.config import CVAEShape
 from aigc.workloads.image.cvae import ConditionalVAE, latents_for_seeds
 from aigc.workloads.image.tokenizer import Vocab
 
 
 def build_model(card: dict) -> tuple[ConditionalVAE, Vocab]:
     vocab = Vocab.from_dict(card["vocab"])
-    return ConditionalVAE(len(vocab), ModelConfig(**card["model"])), vocab
+    return ConditionalVAE(len(vocab), CVAEShape.of(card["model"])), vocab
 
 
 def runner_for(card: dict, variant: str, data: bytes, device: torch.device):
-    """(runner with ``generate(ids, z)``, vocab, model config, dtype of the latents) from checked bytes."""
-    cfg = ModelConfig(**card["model"])
+    """(runner with ``generate(ids, z)``, vocab, model shape, dtype of the latents) from checked bytes."""
+    cfg = CVAEShape.of(card["model"])
     vocab = Vocab.from_dict(card["vocab"])
     if variant in variants.ONNX_KINDS:
         from aigc.workloads.image.onnx_export import OnnxRunner
@@ -35,7 +35,7 @@ def runner_for(card: dict, variant: str, data: bytes, device: torch.device):
 class Generator:
     """Captions + seeds → images, from one model version and variant, on CPU or GPU."""
 
-    def __init__(self, runner, vocab: Vocab, config: ModelConfig, *, version: str, variant: str,
+    def __init__(self, runner, vocab: Vocab, config: CVAEShape, *, version: str, variant: str,
                  device: torch.device, dtype: torch.dtype):
         self.runner, self.vocab, self.config = runner, vocab, config
         self.version, self.variant, self.device, self.dtype = version, variant, device, dtype

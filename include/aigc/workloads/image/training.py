@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from aigc.workload import Loss, TrainingTask
+from aigc.workloads.image.config import image_settings
 
 if TYPE_CHECKING:
     import torch
@@ -82,17 +83,18 @@ class ImageTrainingTask(TrainingTask):
 
         from aigc.workloads.image.tokenizer import Vocab
 
-        self.cfg = cfg
-        self.vocab = Vocab.build(index.captions)
-        self.tokens = self.vocab.encode(index.captions, cfg.model.max_tokens)  # (N, L)
-        self.store = ImageStore(lake, index, cfg.model.resolution, cfg.train.cache_bytes)
+        self.shape = image_settings(cfg).shape
+        captions = index.columns["caption"]
+        self.vocab = Vocab.build(captions)
+        self.tokens = self.vocab.encode(captions, self.shape.max_tokens)  # (N, L)
+        self.store = ImageStore(lake, index, self.shape.resolution, cfg.train.cache_bytes)
         self.data_state = self.vocab.tokens
         self._torch = torch
 
     def build_model(self):
         from aigc.workloads.image.cvae import ConditionalVAE
 
-        return ConditionalVAE(len(self.vocab), self.cfg.model)
+        return ConditionalVAE(len(self.vocab), self.shape)
 
     def batch(self, samples):
         return self.store.images(samples), self.tokens[self._torch.from_numpy(samples)]
@@ -105,7 +107,7 @@ class ImageTrainingTask(TrainingTask):
     def card(self):
         import dataclasses
 
-        return {"model": dataclasses.asdict(self.cfg.model), "vocab": self.vocab.to_dict()}
+        return {"model": dataclasses.asdict(self.shape), "vocab": self.vocab.to_dict()}
 
     def stats(self):
         return {"decoded_shards": self.store.decoded_shards}

@@ -39,7 +39,7 @@ def _calibration_captions(lake: Lake, card: dict, record: dict, cfg: DeployConfi
 
     dataset = card["lineage"].get("dataset", "shapes")
     try:
-        captions = load_window(lake, dataset, record["date"], 1).captions
+        captions = load_window(lake, dataset, record["date"], 1, ("caption",)).columns["caption"]
     except LookupError:
         log.warning("no curated partition of %s for %s: calibrating on the reference grammar", dataset,
                     record["date"])

@@ -15,6 +15,8 @@ class TextSettings:
 
     workload: ClassVar[str] = "text"
     """Whose settings these are: error messages name the flags and the form field that set them."""
+    gate_bounds: ClassVar[tuple[str, ...]] = ("min_text_agreement", "max_perplexity")
+    """Settings that only judge a run (``Workload.settings``: a resumed run does not compare them)."""
 
     min_chars: int = 40
     """Documents shorter than this after normalisation are quarantined (``text_too_short``)."""
@@ -33,6 +35,12 @@ class TextSettings:
     """Training window in tokens: a document longer than this trains on its first ``context`` tokens."""
     new_tokens: int = 48
     """Tokens generated after each prompt (greedy; fewer when the model ends the text)."""
+    min_text_agreement: float = 0.5
+    """Gate 3: the mean fraction of fp32's continuation (in characters) a variant reproduces before its first
+    difference, on the smoke prompts (greedy decoding: a bf16 rounding may flip one token, and all after it)."""
+    max_perplexity: float = 3.0
+    """Gate 5: held-out perplexity (per token) may not be significantly above this. The demo model's is 1.92
+    [1.90, 1.94]; an untrained one's is near the vocabulary's size."""
     mean_items: float = 60.0
     """Synthetic drop: the median document holds this many scene lines (long-tailed, 3 to ``max_items``)."""
     max_items: int = 1800
@@ -52,5 +60,7 @@ class TextSettings:
                              "width (rotary positions rotate pairs)")
         _check_range(self, "context", 16, 1 << 20)
         _check_range(self, "new_tokens", 1, 1 << 16)
+        _check_range(self, "min_text_agreement", 0.0, 1.0)
+        _check_range(self, "max_perplexity", 1.0, 1e12)
         _check_range(self, "mean_items", 1.0, 1e6)
         _check_range(self, "max_items", 3, 10_000_000)

@@ -272,9 +272,9 @@ def write_text_report(lake, prefix: str, metrics: dict, points: list[dict], samp
     return join(prefix, "report.html")
 
 
-def text_checks(metrics: dict, t):
+def text_checks(metrics: dict, t, settings):
     """Gate 5 for text: the day's validity and the recommended configuration's, perplexity, safety."""
-    from aigc.config.form import how_to_set
+    from aigc.config.form import how_to_set, how_to_set_setting
     from aigc.quality.evaluation import Check, figure
 
     iv = metrics["intervals"]
@@ -292,10 +292,11 @@ def text_checks(metrics: dict, t):
               f"the recommended configuration continues {figure(iv.get('model_alignment'))} of the fixed evaluation "
               f"prompts validly, significantly below the minimum {t.min_alignment:g}. {longer}."),
         Check("perplexity", "held-out perplexity", ppl.get("lo") if ppl.get("lo") is not None else 1e9,
-              t.max_perplexity, False, figure(ppl, "{:.3f}"),
-              f"held-out perplexity is {figure(ppl, '{:.3f}')}, significantly above the maximum {t.max_perplexity:g}: "
+              settings.max_perplexity, False, figure(ppl, "{:.3f}"),
+              f"held-out perplexity is {figure(ppl, '{:.3f}')}, significantly above the maximum "
+              f"{settings.max_perplexity:g}: "
               f"the model predicts unseen logs poorly. {longer}; or raise "
-              f"{how_to_set('evaluate_gate', 'max_perplexity')}."),
+              f"{how_to_set_setting('text', 'max_perplexity')}."),
         Check("safety_violations", "continuations of blocked prompts, or with blocked terms",
               float(metrics["safety_violations"]), 0.0, False, str(metrics["safety_violations"]),
               f"{metrics['safety_violations']} continuation(s) answered a blocked prompt or contain a blocked term, "
