@@ -2,8 +2,9 @@
 
 A task process is not a fresh interpreter: Airflow started it from the ``airflow`` script,
 and Celery's prefork pool forked it from a daemonic pool worker. What multiprocessing
-inherits from those breaks a process pool; ``worker_processes_allowed`` undoes it while the
-pool's workers start. Each part was found by running the pipeline under that orchestrator.
+inherits from those breaks a process pool; ``worker_processes_allowed`` undoes it through multiprocessing's
+documented process attributes while the pool's workers start. Each part was found by running the
+pipeline under that orchestrator.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing
+import multiprocessing.process
 import os
 import sys
 from collections.abc import Iterator
@@ -46,6 +48,7 @@ def _cgroup_quota(cgroup: Path) -> float | None:
 
 @contextlib.contextmanager
 def worker_processes_allowed() -> Iterator[None]:
+    """While the block runs, this process may start worker processes, whatever started it."""
     with main_script_hidden(), daemon_flag_cleared():
         yield
 
@@ -75,20 +78,21 @@ def main_script_hidden() -> Iterator[None]:
 def daemon_flag_cleared() -> Iterator[None]:
     """Let a process that Celery's prefork pool forked start children of its own.
 
-    Such a task process inherits two things from the pool worker (a billiard process):
-    - its daemon flag, and multiprocessing refuses a daemon children ("daemonic processes are
-      not allowed to have children"). The rule guards against orphans when a daemon's parent
-      exits; here the pool is owned by a ``with`` block in the task and shut down with it;
-    - its authentication key as billiard's own type, which multiprocessing cannot pickle to a
-      forkserver child ("Pickling an AuthenticationString object is disallowed"). The same
-      bytes, as multiprocessing's type, serve the same purpose.
+    Such a task process inherits two things from the pool worker (a billiard process), each changed through
+    multiprocessing's documented process attributes and set back afterwards:
+    - its daemon flag, and multiprocessing refuses a daemon children ("daemonic processes are not allowed to have
+      children"). The rule guards against orphans when a daemon's parent exits; here the pool is owned by a
+      ``with`` block in the task and shut down with it;
+    - its authentication key as billiard's own type, which multiprocessing cannot pickle to a forkserver child
+      ("Pickling an AuthenticationString object is disallowed"). The same bytes, set by multiprocessing's own
+      ``authkey`` setter (billiard's would keep its type), serve the same purpose.
     """
-    config = multiprocessing.current_process()._config  # the only home of both; no public setters
-    saved = {k: config[k] for k in ("daemon", "authkey") if k in config}
-    config["daemon"] = False
-    if "authkey" in config:
-        config["authkey"] = multiprocessing.process.AuthenticationString(bytes(config["authkey"]))
+    me = multiprocessing.current_process()
+    daemonic, key = me.daemon, me.authkey
+    me.daemon = False
+    multiprocessing.process.BaseProcess.authkey.fset(me, bytes(key))
     try:
         yield
     finally:
-        config.update(saved)
+        me.daemon = daemonic
+        me.authkey = bytes(key)  # its own class's setter: its own key type again

@@ -17,11 +17,7 @@ from aigc.lake import LocalLake
 from aigc.workloads.image.rawdrop import make_raw_drop
 from aigc.workloads.image import prepare_image
 
-def task(root, queue, billiard_key):
-    if billiard_key:  # what a Celery (billiard) pool worker leaves in the process it forks
-        import billiard.process
-        config = multiprocessing.current_process()._config
-        config["authkey"] = billiard.process.AuthenticationString(bytes(config["authkey"]))
+def task(root, queue):
     raw, lake = LocalLake(root + "/raw"), LocalLake(root + "/lake")
     make_raw_drop(raw, "2026-11-20", RawDropConfig(n=60, seed=1))
     try:
@@ -30,9 +26,13 @@ def task(root, queue, billiard_key):
         queue.put(f"{type(e).__name__}: {e}")
 
 if __name__ == "__main__":
-    context = multiprocessing.get_context("fork")
+    if sys.argv[2] == "billiard":  # as Celery's prefork pool starts its workers: billiard's process, key and flag
+        import billiard
+        context = billiard.get_context("fork")
+    else:
+        context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=task, args=(sys.argv[1], queue, sys.argv[2] == "billiard"), daemon=True)
+    child = context.Process(target=task, args=(sys.argv[1], queue), daemon=True)
     child.start()
     print("CURATED", queue.get(timeout=180))
     child.join(30)
