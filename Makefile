@@ -26,15 +26,13 @@ export GX_ANALYTICS_ENABLED := False
 # Only for SQLite: point these elsewhere (or unset them) with a PostgreSQL sql_alchemy_conn.
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS ?= aigc_airflow.sqlite.CONNECT_ARGS
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC ?= aigc_airflow.sqlite.CONNECT_ARGS
-# A GPU task waits its turn (the `gpu` pool) up to 2 h, not Airflow's default 10 min (aigc.config.operations).
-export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT ?= 7200
-# The LocalExecutor's workers fork each task from a server that imported PyTorch, Great Expectations and the
-# stages once (plugins/aigc_airflow/preload.py): seconds less a task (aigc.config.operations.TASK_PRELOAD).
-export AIRFLOW__SCHEDULER__MP_START_METHOD ?= forkserver
-export AIRFLOW__CORE__MP_FORKSERVER_PRELOAD ?= airflow,airflow.executors.local_executor,aigc_airflow.preload
-# Every event of an asset reaches a run of the DAGs it schedules (Airflow 3.3 lets a second one that comes before
-# the scheduler's next loop wait for a third): plugins/aigc_airflow/asset_manager.py.
-export AIRFLOW__CORE__ASSET_MANAGER_CLASS ?= aigc_airflow.asset_manager.EveryEventAssetManager
+# The settings every LocalExecutor deployment of this project sets, from one place (plugins/aigc_airflow/operations.py
+# writes deploy/airflow-local.env): a GPU task waits its turn up to 2 h, not Airflow's default 10 min; the workers
+# fork each task from a server that imported PyTorch, Great Expectations and the stages once
+# (plugins/aigc_airflow/preload.py); every event of an asset reaches a run of the DAGs it schedules
+# (plugins/aigc_airflow/asset_manager.py). A value already in the environment wins.
+AIRFLOW_SETTINGS := $(shell grep -v '^\#' $(or $(wildcard deploy/airflow-local.env),$(error deploy/airflow-local.env is missing: run make from the repository's root)))
+$(foreach setting,$(AIRFLOW_SETTINGS),$(eval export $(subst =, ?= ,$(setting))))
 
 .PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full bench-gpu lint clean secrets
 

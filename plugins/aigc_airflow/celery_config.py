@@ -1,7 +1,7 @@
 """The Celery workers' configuration: Airflow's own, plus the task preload.
 
 ``[celery] celery_config_options = aigc_airflow.celery_config.CELERY_CONFIG`` (docker-compose and the distributed
-test deployment set it: ``aigc.config.operations.CELERY_TASK_PRELOAD``). The configuration is Airflow's default,
+test deployment set it: ``aigc_airflow.operations.CELERY_TASK_PRELOAD``). The configuration is Airflow's default,
 the same object, so Airflow treats it as unset. Importing this module also connects a ``worker_init`` handler:
 ``airflow celery worker``'s main process runs it before it forks its pool, so the pool processes, each of which
 forks a process for every task it runs, inherit what ``aigc_airflow.preload`` imported (PyTorch, Great

@@ -2,7 +2,7 @@
 
 Under the real scheduler every task instance is a process of its own. LocalExecutor: with ``[scheduler]
 mp_start_method = forkserver`` and ``[core] mp_forkserver_preload`` naming this module (``TASK_PRELOAD`` in
-``aigc.config.operations``: the Makefile and ``aigc.devtools.airflow_stack`` set it), the workers that fork the
+``aigc_airflow.operations``: the Makefile and ``aigc.devtools.airflow_stack`` set it), the workers that fork the
 tasks come from a server that imported it. CeleryExecutor: each worker imports it before it forks its pool
 (``aigc_airflow.celery_config``, set by docker-compose). Either way a task process inherits the task runner, the
 DAG files' imports, PyTorch, Great Expectations and the stages' modules copy-on-write instead of spending seconds

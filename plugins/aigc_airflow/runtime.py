@@ -248,7 +248,7 @@ def lease_owner(context: dict[str, Any]) -> str:
 
 def hold_partition(context: dict[str, Any], lake, date: dt.date) -> dict:
     """Take or renew this DAG run's lease on ``date``; LeaseHeld if another run holds it."""
-    from aigc.config import DATE_LEASE_TTL
+    from aigc_airflow.operations import DATE_LEASE_TTL
 
     return partition_lease(lake, date).hold(lease_owner(context), DATE_LEASE_TTL)
 

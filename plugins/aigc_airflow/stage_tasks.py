@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 import pendulum
 from airflow.sdk import PokeReturnValue, TaskGroup, get_current_context, task
 
-from aigc.config.operations import DATE_LEASE_TTL, DEFAULT_TASK_TIMEOUT, MAX_RETRY_DELAY, task_timeout
 from aigc_airflow.assets import (
     CURATED,
     EVALUATIONS,
@@ -30,6 +29,7 @@ from aigc_airflow.assets import (
     MODEL_DEPLOYABLE,
 )
 from aigc_airflow.evaluate_operator import EvaluateOperator
+from aigc_airflow.operations import DATE_LEASE_TTL, DEFAULT_TASK_TIMEOUT, MAX_RETRY_DELAY, task_timeout
 from aigc_airflow.operators import QualityGateOperator
 from aigc_airflow.params import params_for
 from aigc_airflow.runtime import newest_event, run_params
@@ -65,7 +65,7 @@ def dag_args(*stages: str) -> dict:
             "retry_delay": timedelta(minutes=1),
             "retry_exponential_backoff": True,
             "max_retry_delay": MAX_RETRY_DELAY,
-            "execution_timeout": DEFAULT_TASK_TIMEOUT,  # the heavy tasks set theirs (aigc.config.operations)
+            "execution_timeout": DEFAULT_TASK_TIMEOUT,  # the heavy tasks set theirs (aigc_airflow.operations)
         },
     }
 

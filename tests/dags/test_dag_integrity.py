@@ -35,7 +35,7 @@ def test_no_import_errors(dagbag):
 
 
 def test_every_task_has_an_owner_retries_and_a_timeout_within_the_date_lease(dagbag):
-    from aigc.config.operations import DATE_LEASE_TTL, MAX_RETRY_DELAY, TASK_QUEUED_TIMEOUT
+    from aigc_airflow.operations import DATE_LEASE_TTL, MAX_RETRY_DELAY, TASK_QUEUED_TIMEOUT
 
     longest = DATE_LEASE_TTL - TASK_QUEUED_TIMEOUT - MAX_RETRY_DELAY
     for dag in dagbag.dags.values():

@@ -3,14 +3,15 @@ the LocalExecutor's workers, from a forkserver; the Celery workers' pools. B7 (d
 pipeline under Airflow."""
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
-from aigc.config.operations import CELERY_TASK_PRELOAD, TASK_PRELOAD
 from aigc.devtools.airflow_stack import AirflowStack
+from aigc_airflow.operations import CELERY_TASK_PRELOAD, TASK_PRELOAD
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,18 +30,33 @@ def lazy_stage_imports() -> set[str]:
             | lazy_imports(workloads / "text" / "__init__.py"))
 
 
+def test_every_deployment_takes_the_airflow_settings_from_the_one_module_that_defines_them():
+    """plugins/aigc_airflow/operations.py defines them; its env files are what it gives (rewrite them with `python
+    plugins/aigc_airflow/operations.py`); make exports the LocalExecutor's (a value in the environment wins), compose
+    reads the Celery one's, and the test stacks load them."""
+    from aigc_airflow.operations import DEPLOY, ENV_FILES, env_file, environment
+
+    for executor, name in ENV_FILES.items():
+        assert (DEPLOY / name).read_text() == env_file(executor), f"deploy/{name} is stale: rewrite it"
+    assert set(TASK_PRELOAD.items()) <= set(environment("LocalExecutor").items())
+    assert set(CELERY_TASK_PRELOAD.items()) <= set(environment("CeleryExecutor").items())
+    make = subprocess.run(["make", "-s", "-f", str(ROOT / "Makefile"), "--eval", "show:\n\t@env", "show"],
+                          cwd=ROOT, capture_output=True, text=True, check=True,
+                          env={**os.environ, "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "60"}).stdout
+    exported = dict(line.split("=", 1) for line in make.splitlines() if "=" in line)
+    assert {k: exported[k] for k in environment("LocalExecutor")} == {
+        **environment("LocalExecutor"), "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "60"}  # the environment's wins
+
+
 def test_every_local_executor_deployment_preloads_the_same_modules():
-    makefile = (ROOT / "Makefile").read_text()
-    for name, value in TASK_PRELOAD.items():
-        assert f"export {name} ?= {value}" in makefile, name
     env = AirflowStack("preload-check", home=ROOT / "unused", lake_uri="").env
     assert {k: env[k] for k in TASK_PRELOAD} == TASK_PRELOAD
     assert TASK_PRELOAD["AIRFLOW__CORE__MP_FORKSERVER_PRELOAD"].split(",")[-1] == "aigc_airflow.preload"
     celery = AirflowStack("preload-check", home=ROOT / "unused", lake_uri="", executor="CeleryExecutor").env
     assert not set(TASK_PRELOAD) & set(celery)  # its scheduler would only preload the pool that sends tasks
     assert {k: celery[k] for k in CELERY_TASK_PRELOAD} == CELERY_TASK_PRELOAD
-    compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())["x-airflow-common"]["environment"]
-    assert {k: compose[k] for k in CELERY_TASK_PRELOAD} == CELERY_TASK_PRELOAD
+    assert yaml.safe_load((ROOT / "docker-compose.yaml").read_text())["x-airflow-common"]["env_file"] == \
+        "deploy/airflow-celery.env"
 
 
 def test_the_celery_configuration_is_airflows_own_and_preloads_in_the_worker_before_its_pool_forks():

@@ -44,7 +44,7 @@ def run_date(run: dict) -> str:
 
 def preloaded_children(parent_pid: int, title: str, recursive: bool = False) -> list[tuple[int, bool]]:
     """(pid, holds PyTorch) of each child process of ``parent_pid`` whose title matches ``title`` (a regex): the
-    processes that fork tasks, which the deployment's preload (aigc.config.operations) has import PyTorch first."""
+    processes that fork tasks, which the deployment's preload (aigc_airflow.operations) has import PyTorch first."""
     import re
 
     import psutil

@@ -227,7 +227,7 @@ def test_training_after_the_backfill_uses_its_window_with_gpu_tasks_on_the_gpu_q
 
 
 def test_each_celery_worker_forks_its_tasks_from_a_pool_that_already_imported_pytorch(celery_stack):
-    """CELERY_TASK_PRELOAD (aigc.config.operations): every worker imports aigc_airflow.preload in worker_init,
+    """CELERY_TASK_PRELOAD (aigc_airflow.operations): every worker imports aigc_airflow.preload in worker_init,
     before it forks its pool; the pool processes, which fork a process per task, hold PyTorch from the start."""
     for queue in celery_stack.celery_queues:
         worker = celery_stack.processes[f"celery-worker-{queue}"].pid

@@ -177,7 +177,7 @@ def test_a_run_triggered_through_the_rest_api_publishes_every_stage_and_says_so_
 
 
 def test_the_executor_workers_fork_every_task_with_pytorch_already_imported(local_stack, api_run):
-    """The deployment's TASK_PRELOAD (aigc.config.operations): the LocalExecutor's workers come from a forkserver
+    """The deployment's TASK_PRELOAD (aigc_airflow.operations): the LocalExecutor's workers come from a forkserver
     that imported aigc_airflow.preload, so the task processes they fork inherit PyTorch (and Great Expectations,
     the stages) instead of importing it again. The scheduler itself never imports it."""
     assert local_stack.wait_for_runs([api_run], timeout=1200)[api_run] == "success"  # the workers have run tasks

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from aigc.config.operations import ASSET_MANAGER
 from aigc.devtools.demo import run_dag_test
 from aigc.lake import open_lake
 from aigc.lake.keys import partition
 from aigc.lake.publish import NotPublished, resolve
+from aigc_airflow.operations import ASSET_MANAGER
 
 ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))

@@ -13,7 +13,6 @@ from collections import namedtuple
 from pathlib import Path
 
 import pytest
-import yaml
 from airflow.assets.manager import AssetManager
 from airflow.models import DagModel, import_all_models
 from airflow.models.asset import AssetDagRunQueue, AssetModel
@@ -21,10 +20,10 @@ from airflow.models.dagbundle import DagBundleModel
 from sqlalchemy import create_engine, delete, select, text
 from sqlalchemy.orm import Session
 
-from aigc.config.operations import ASSET_MANAGER
 from aigc.devtools.airflow_stack import AirflowStack
 from aigc_airflow import asset_manager
 from aigc_airflow.asset_manager import REPLACED, EveryEventAssetManager
+from aigc_airflow.operations import ASSET_MANAGER
 from tests.postgres import POSTGRES, admin_connection, scratch_database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,13 +178,14 @@ def test_the_methods_it_replaces_are_the_ones_airflow_calls():
 
 
 def test_every_deployment_sets_it():
-    makefile = (ROOT / "Makefile").read_text()
+    """In every deployment's settings (make's and compose's env files, tests/dags/test_task_preload.py checks they
+    take them), and in the test stacks'."""
+    from aigc_airflow.operations import environment
+
     (name, value), = ASSET_MANAGER.items()
-    assert f"export {name} ?= {value}" in makefile
     for executor in ("LocalExecutor", "CeleryExecutor"):
+        assert environment(executor)[name] == value, executor
         env = AirflowStack("asset-manager-check", home=ROOT / "unused", lake_uri="", executor=executor).env
         assert env[name] == value, executor
-    compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())["x-airflow-common"]["environment"]
-    assert compose[name] == value
     module, _, cls = value.rpartition(".")
     assert module == asset_manager.__name__ and getattr(asset_manager, cls) is EveryEventAssetManager

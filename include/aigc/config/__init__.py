@@ -15,7 +15,6 @@ from aigc.config._checks import _check_order as check_order
 from aigc.config._checks import _check_range as check_range
 from aigc.config.data import CuratedGateThresholds, PrepareConfig, RawDropConfig
 from aigc.config.evaluation import EvaluateConfig, EvaluationGateThresholds
-from aigc.config.operations import DATE_LEASE_TTL  # here, not in aigc.lake.lease: the DAG files read it
 from aigc.config.serving import (
     VARIANTS,
     BatchingConfig,
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
     from aigc.workload import Workload
 
 __all__ = [
-    "DATE_LEASE_TTL", "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "SPLITS", "VARIANTS",
+    "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "SPLITS", "VARIANTS",
     "check_order", "check_range",
     "BatchingConfig",
     "CuratedGateThresholds", "DeployConfig", "DeployGateThresholds", "EvaluateConfig", "EvaluationGateThresholds",

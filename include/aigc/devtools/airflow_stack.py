@@ -22,8 +22,6 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aigc.config.operations import ASSET_MANAGER, CELERY_TASK_PRELOAD, TASK_PRELOAD, TASK_QUEUED_TIMEOUT
-
 ROOT = Path(__file__).resolve().parents[3]  # the repository: its dags/ and plugins/ are what the deployment runs
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 ARTIFACTS = ROOT / "test-artifacts" / "e2e"
@@ -37,6 +35,14 @@ SQLITE_CONNECT_ARGS = "aigc_airflow.sqlite.CONNECT_ARGS"  # a lock waits a minut
 HTTP_TIMEOUT = 150
 """Seconds a request may take: longer than the SQLite lock wait above (60 s), or a request that the api-server
 would have answered after waiting out a busy scheduler is given up on first (seen in CI: ``TimeoutError``)."""
+
+def deployment_settings(executor: str) -> dict[str, str]:
+    """The Airflow settings every deployment with ``executor`` sets: ``deploy/airflow-<local|celery>.env``, which
+    plugins/aigc_airflow/operations.py writes (read as a file: the core does not import the plugin)."""
+    name = {"LocalExecutor": "airflow-local.env", "CeleryExecutor": "airflow-celery.env"}[executor]
+    lines = (ROOT / "deploy" / name).read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -82,17 +88,15 @@ class AirflowStack:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
             # As deployed: the scheduler makes scheduled and asset-triggered runs, so aigc_prepare's nightly run
             # of the latest day (and its chain) starts with the deployment.
-            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(int(TASK_QUEUED_TIMEOUT.total_seconds())),
             "AIGC_LAKE_URI": self.lake_uri,
             "AIGC_DEFAULT_PRESET": "smoke",  # the trigger form's default here; one value is changed in the browser
             "GX_ANALYTICS_ENABLED": "False",
             "NO_PROXY": "127.0.0.1,localhost",
             "PATH": f"{Path(AIRFLOW).parent}:{os.environ.get('PATH', '')}",
         })
-        # Task processes start with the heavy imports done: forked by the LocalExecutor's workers, or by the Celery
-        # workers' pools. (TASK_PRELOAD would only preload a Celery scheduler's pool that sends tasks.)
-        env.update(TASK_PRELOAD if self.executor == "LocalExecutor" else CELERY_TASK_PRELOAD)
-        env.update(ASSET_MANAGER)  # every event of an asset reaches a run of the DAGs it schedules
+        # What every deployment of the executor sets (the queued timeout the date lease was sized for, task
+        # processes that start with the heavy imports done, the asset manager), as make and compose set it.
+        env.update(deployment_settings(self.executor))
         if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in self.extra_env:  # the default: SQLite in AIRFLOW_HOME
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = SQLITE_CONNECT_ARGS
             env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] = SQLITE_CONNECT_ARGS

@@ -1,16 +1,24 @@
-"""How long tasks may run and wait, and the date lease derived from them.
+"""How this project's Airflow deployments run: how long tasks may run and wait, the date lease derived from them,
+and the Airflow settings every deployment sets (``environment``).
 
 A DAG run renews its lease on a date when each task that writes starts, so the lease must outlive the
 longest stretch between two renewals: the longest task, plus the longest a task can wait in the queue for
 a worker, plus the longest retry delay. (A task waiting for a slot of the `gpu` pool is *scheduled*, not
 queued, and Airflow bounds that wait nowhere: a backlog longer than the lease costs the run its date, and
-it then fails at its next task before writing.) Everything here is a plain timedelta: the DAG files read
-it at parse time.
+it then fails at its next task before writing.) The durations are plain timedeltas: the DAG files read them at
+parse time.
+
+The deployments (``make airflow`` and ``make demo``, docker-compose, the test and bench stacks) take the Airflow
+settings from one place: ``environment(executor)``, written by ``python plugins/aigc_airflow/operations.py`` to
+``deploy/airflow-<local|celery>.env``, which the Makefile exports, docker-compose's ``env_file`` reads and
+``aigc.devtools.airflow_stack`` loads (a test fails when a file differs from what this module gives).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import sys
+from pathlib import Path
 
 DEFAULT_TASK_TIMEOUT = dt.timedelta(hours=1)
 """execution_timeout of every task not named in TASK_TIMEOUTS (gates, publishes, planning: minutes)."""
@@ -51,6 +59,31 @@ def task_timeout(task_id: str) -> dt.timedelta:
 
 
 DATE_LEASE_TTL = max(TASK_TIMEOUTS.values()) + TASK_QUEUED_TIMEOUT + MAX_RETRY_DELAY + LEASE_MARGIN
-"""How long a run (a DAG run or an ``aigc`` command) holds a date between renewals: the longest task, its
-longest wait in the queue and its longest retry delay, so a live run never loses its date; a run that died
-without releasing blocks the date this long at most (10 h 45 min)."""
+"""How long a DAG run holds a date between renewals: the longest task, its longest wait in the queue and its longest
+retry delay, so a live run never loses its date; a run that died without releasing blocks the date this long at
+most (10 h 45 min)."""
+
+ENV_FILES = {"LocalExecutor": "airflow-local.env", "CeleryExecutor": "airflow-celery.env"}
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+"""Where the env files live: the repository's deploy/ folder."""
+
+
+def environment(executor: str) -> dict[str, str]:
+    """The Airflow settings every deployment of this project with ``executor`` sets (environment variables)."""
+    if executor not in ENV_FILES:
+        raise ValueError(f"no deployment settings for executor {executor!r}; known: {sorted(ENV_FILES)}")
+    preload = TASK_PRELOAD if executor == "LocalExecutor" else CELERY_TASK_PRELOAD
+    return {"AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(int(TASK_QUEUED_TIMEOUT.total_seconds())),
+            **preload, **ASSET_MANAGER}
+
+
+def env_file(executor: str) -> str:
+    """``environment(executor)`` as an env file (``KEY=value`` lines: make, docker-compose and Python read it)."""
+    return (f"# {executor} deployments' Airflow settings: written by `python plugins/aigc_airflow/operations.py` "
+            "from that module; do not edit here.\n" + "".join(f"{k}={v}\n" for k, v in environment(executor).items()))
+
+
+if __name__ == "__main__":  # rewrite the env files after a change above
+    for executor, name in ENV_FILES.items():
+        (DEPLOY / name).write_text(env_file(executor))
+        print(f"wrote {DEPLOY / name}", file=sys.stderr)
