@@ -1,37 +1,18 @@
-"""The human-review queue (active learning) and what reviewers' labels say about the checker.
+"""What reviewers' labels say about a workload's checker.
 
-Each evaluation exports its least certain outputs (lowest checker margin) to
-``evaluations/<model>/dt=…/run=…/review/queue.jsonl`` with a thumbnail per item under
-``review/images/``. A reviewer copies lines of a queue into a labels file,
-``evaluations/<model>/labels/<anything>.jsonl``, adding ``"human_correct": true|false`` (does
-the image show everything the prompt asks?). Every later evaluation reads all labels files
-and reports how often the checker's verdict (``checker_correct``) agrees with the human's.
+Each evaluation exports its least certain outputs to ``evaluations/<model>/dt=…/run=…/review/queue.jsonl`` (the
+workload's evaluation writes it: for images with a thumbnail per item). A reviewer copies lines of a queue into a
+labels file, ``evaluations/<model>/labels/<anything>.jsonl``, adding ``"human_correct": true|false`` (is the output
+right for its prompt?). Every later evaluation reads all labels files and reports how often the checker's verdict
+(``checker_correct``) agrees with the human's.
 """
 
 from __future__ import annotations
-
-import json
 
 from aigc.jsonlines import JsonLimits, Refused, read_json_object
 from aigc.lake import Lake
 from aigc.lake.keys import join
 from aigc.lines import LongLine
-
-
-def export_queue(lake: Lake, prefix: str, generated: list[dict], readings: list[dict], n: int, run_id: str) -> int:
-    ranked = sorted(range(len(generated)), key=lambda i: (readings[i]["margin"], generated[i]["prompt_id"]))[:n]
-    lines = []
-    for i in ranked:
-        row, reading = generated[i], readings[i]
-        image_key = join(prefix, "review", "images", f"{row['prompt_id']}.png")
-        lake.put_bytes(image_key, row["image"])
-        lines.append({"run_id": run_id, "prompt_id": row["prompt_id"], "prompt": row["prompt"], "seed": row["seed"],
-                      "image": lake.url(image_key), "checker_margin": round(reading["margin"], 4),
-                      "checker_read": reading["read"], "checker_correct": reading.get("all_correct"),
-                      "human_correct": None})
-    lake.put_bytes(join(prefix, "review", "queue.jsonl"), "".join(json.dumps(x) + "\n" for x in lines).encode())
-    return len(lines)
-
 
 LABEL_LIMITS = JsonLimits(max_line_bytes=64 * 1024, max_json_depth=8, max_json_values=1000)
 """A label line is a queue line plus a verdict: a few hundred bytes."""

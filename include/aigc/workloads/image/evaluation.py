@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import time
 
@@ -19,7 +20,7 @@ from PIL import Image
 
 from aigc.config import PipelineConfig
 from aigc.evaluate.metrics import pareto_front, recommend
-from aigc.evaluate.review import agreement, export_queue
+from aigc.evaluate.review import agreement
 from aigc.evaluate.runs import evaluation_prefix, generated_rows
 from aigc.evaluate.stats import paired_difference, wilson
 from aigc.lake import Lake
@@ -55,6 +56,23 @@ def real_images(lake: Lake, dataset: str, date: str, n: int) -> tuple[list[np.nd
             images.append(_decode(column[int(index.row_of[i])].as_py()))
             captions.append(index.columns["caption"][i])
     return images, captions
+
+
+def export_queue(lake: Lake, prefix: str, generated: list[dict], readings: list[dict], n: int, run_id: str) -> int:
+    """The ``n`` least certain outputs (lowest checker margin) to ``review/queue.jsonl``, each with its image under
+    ``review/images/`` and the checker's reading, for reviewers to label (``aigc.evaluate.review``)."""
+    ranked = sorted(range(len(generated)), key=lambda i: (readings[i]["margin"], generated[i]["prompt_id"]))[:n]
+    lines = []
+    for i in ranked:
+        row, reading = generated[i], readings[i]
+        image_key = join(prefix, "review", "images", f"{row['prompt_id']}.png")
+        lake.put_bytes(image_key, row["image"])
+        lines.append({"run_id": run_id, "prompt_id": row["prompt_id"], "prompt": row["prompt"], "seed": row["seed"],
+                      "image": lake.url(image_key), "checker_margin": round(reading["margin"], 4),
+                      "checker_read": reading["read"], "checker_correct": reading.get("all_correct"),
+                      "human_correct": None})
+    lake.put_bytes(join(prefix, "review", "queue.jsonl"), "".join(json.dumps(x) + "\n" for x in lines).encode())
+    return len(lines)
 
 
 def evaluate(lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) -> dict:
