@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from aigc.config._checks import _check_order as check_order
 from aigc.config._checks import _check_range as check_range
+from aigc.config._checks import _where as where_to_set
 from aigc.config.data import CuratedGateThresholds, PrepareConfig, RawDropConfig
 from aigc.config.evaluation import EvaluateConfig, EvaluationGateThresholds
 from aigc.config.serving import (
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GRAD_COMPRESSIONS", "PRECISIONS", "PRESETS", "SPLITS", "VARIANTS",
-    "check_order", "check_range",
+    "check_order", "check_range", "where_to_set",
     "BatchingConfig",
     "CuratedGateThresholds", "DeployConfig", "DeployGateThresholds", "EvaluateConfig", "EvaluationGateThresholds",
     "GenerateConfig", "GenerateGateThresholds", "ModelConfig", "PipelineConfig", "PrepareConfig", "RawDropConfig",

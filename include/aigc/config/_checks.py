@@ -24,4 +24,4 @@ def _check_order(obj: object, low: str, high: str) -> None:
     lo, hi = getattr(obj, low), getattr(obj, high)
     if lo > hi:
         cls = type(obj).__name__
-        raise ValueError(f"{cls}.{low} ({lo}) must not exceed {cls}.{high} ({hi})")
+        raise ValueError(f"{cls}.{low} ({lo}) must not exceed {cls}.{high} ({hi}){_where(obj, low)}")

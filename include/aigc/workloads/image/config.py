@@ -8,8 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from aigc.config import check_order, check_range
-from aigc.config._checks import _where
+from aigc.config import check_order, check_range, where_to_set
 
 if TYPE_CHECKING:
     from aigc.config import PipelineConfig
@@ -85,7 +84,7 @@ class ImageSettings:
         check_order(self, "min_caption_chars", "max_caption_chars")
         if self.resolution not in RESOLUTIONS:
             raise ValueError(f"ImageSettings.resolution must be one of {RESOLUTIONS}, got {self.resolution!r}"
-                             f"{_where(self, 'resolution')}")
+                             f"{where_to_set(self, 'resolution')}")
         check_range(self, "min_side", 1, 65_536)
         check_range(self, "max_side", 1, 65_536)
         check_order(self, "min_side", "max_side")
@@ -97,7 +96,7 @@ class ImageSettings:
         check_range(self, "text_dim", 8, 1024)
         if self.text_dim % 4:
             raise ValueError(f"ImageSettings.text_dim must be a multiple of 4 (attention heads), got {self.text_dim}"
-                             f"{_where(self, 'text_dim')}")
+                             f"{where_to_set(self, 'text_dim')}")
         check_range(self, "max_tokens", 1, 512)
         check_range(self, "kl_weight", 0.0, 100.0)
         check_range(self, "max_pixel_mae", 0.0, 255.0)

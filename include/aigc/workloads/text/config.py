@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from aigc.config._checks import _check_order, _check_range
+from aigc.config import check_order, check_range
 
 
 @dataclass(frozen=True)
@@ -46,21 +46,21 @@ class TextSettings:
     max_items: int = 1800
 
     def __post_init__(self) -> None:
-        _check_range(self, "min_chars", 1, 10_000_000)
-        _check_range(self, "max_chars", 1, 100_000_000)
-        _check_order(self, "min_chars", "max_chars")
-        _check_range(self, "min_clean_fraction", 0.0, 1.0)
-        _check_range(self, "shingle_words", 1, 64)
-        _check_range(self, "vocab_size", 260, 1 << 17)
-        _check_range(self, "layers", 1, 64)
-        _check_range(self, "width", 16, 8192)
-        _check_range(self, "heads", 1, 256)
+        check_range(self, "min_chars", 1, 10_000_000)
+        check_range(self, "max_chars", 1, 100_000_000)
+        check_order(self, "min_chars", "max_chars")
+        check_range(self, "min_clean_fraction", 0.0, 1.0)
+        check_range(self, "shingle_words", 1, 64)
+        check_range(self, "vocab_size", 260, 1 << 17)
+        check_range(self, "layers", 1, 64)
+        check_range(self, "width", 16, 8192)
+        check_range(self, "heads", 1, 256)
         if self.width % self.heads or (self.width // self.heads) % 2:
             raise ValueError(f"TextSettings.width ({self.width}) must split into {self.heads} heads of an even "
                              "width (rotary positions rotate pairs)")
-        _check_range(self, "context", 16, 1 << 20)
-        _check_range(self, "new_tokens", 1, 1 << 16)
-        _check_range(self, "min_text_agreement", 0.0, 1.0)
-        _check_range(self, "max_perplexity", 1.0, 1e12)
-        _check_range(self, "mean_items", 1.0, 1e6)
-        _check_range(self, "max_items", 3, 10_000_000)
+        check_range(self, "context", 16, 1 << 20)
+        check_range(self, "new_tokens", 1, 1 << 16)
+        check_range(self, "min_text_agreement", 0.0, 1.0)
+        check_range(self, "max_perplexity", 1.0, 1e12)
+        check_range(self, "mean_items", 1.0, 1e6)
+        check_range(self, "max_items", 3, 10_000_000)
