@@ -147,5 +147,16 @@ def preset(name: str, workload: Workload | None = None) -> PipelineConfig:
     if workload is None:
         return cfg
     settings = workload.settings_class() if workload.settings_class else None
-    cfg = cfg.override({"workload": {"name": workload.name, "settings": settings}})
+    # Its data and model are named after it unless it names them (config_overrides): a workload that does not must
+    # not write into another's curated partitions or register versions in another's registry.
+    own = _slug(workload.name)
+    cfg = cfg.override({"workload": {"name": workload.name, "settings": settings}, "raw": {"source": own},
+                        "prepare": {"dataset": own}, "model": {"name": own}})
     return cfg.override(workload.config_overrides(name))
+
+
+def _slug(name: str) -> str:
+    """``name`` as a lake key segment (``aigc.lake.keys.NAME``: a lower-case slug)."""
+    import re
+
+    return re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:64] or "workload"

@@ -26,7 +26,8 @@ class RawDropConfig:
     dirt_rate: float = 0.12
     """Fraction of records that carry one kind of dirt (spread over every kind)."""
     source: str = "shapes"
-    """Producer name: the drop lands under ``raw/<source>/dt=<date>/``."""
+    """Producer name: the drop lands under ``raw/<source>/dt=<date>/``. A preset names it after the workload unless
+    the workload names it (the default, the image workload's, is ``shapes``)."""
     records_per_file: int = 5_000
     """JSONL records per file, as producers roll their files."""
 
@@ -44,7 +45,7 @@ class PrepareConfig:
     """Stage 1: decode, verify, normalise, filter, deduplicate and shard a raw drop."""
 
     dataset: str = "shapes"
-    """Curated dataset name: output under ``curated/<dataset>/dt=<date>/``."""
+    """Curated dataset name: output under ``curated/<dataset>/dt=<date>/``; named like ``RawDropConfig.source``."""
     blocklist: str | None = None
     """A file of blocked terms, one per line; None uses the list shipped in the package."""
     near_dup_threshold: float = 0.7

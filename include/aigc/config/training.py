@@ -12,7 +12,9 @@ class ModelConfig:
     """The model stage 2 trains (its shape is the workload's: ``cfg.workload.settings``)."""
 
     name: str = "shapes-cvae"
-    """Model name: training output under ``training/<name>/``, registry under ``models/<name>/``."""
+    """Model name: training output under ``training/<name>/``, registry under ``models/<name>/``. A preset names it
+    after the workload unless the workload names it (the default, the image workload's, is ``shapes-cvae``): two
+    workloads never share a registry by accident."""
 
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")

@@ -54,6 +54,23 @@ def test_a_workloads_preset_changes_come_before_the_users(user_module):
     assert cfg.workload.name == "user_workloads:Echo" and cfg.model.name == "echo-demo"
     assert cfg.prepare.dataset == "echoes" and cfg.train == preset("demo").train
     assert cfg.override({"model": {"name": "mine"}}).model.name == "mine"
+    assert cfg.raw.source == "echo"  # what it does not name is named after it, never after another workload
+
+
+def test_a_workload_that_names_nothing_gets_its_own_names_not_the_image_workloads(user_module):
+    """Otherwise it would register versions in shapes-cvae's registry and move that model's production alias."""
+
+    class Quiet(Echo):
+        name = "Quiet.Model"
+
+        def config_overrides(self, preset):
+            return {}
+
+    user_module.QUIET = Quiet()
+    cfg = configure("default", "user_workloads:QUIET")
+    assert (cfg.raw.source, cfg.prepare.dataset, cfg.model.name) == ("quiet-model",) * 3
+    image = configure("default", "image")
+    assert (image.raw.source, image.prepare.dataset, image.model.name) == ("shapes", "shapes", "shapes-cvae")
 
 
 @pytest.mark.parametrize(("name", "message"), [

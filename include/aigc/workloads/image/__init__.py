@@ -27,9 +27,10 @@ class ImageWorkload(Workload):
         "rawdrop", "records", "training", "variants", "prompts", "engine", "gallery", "gate", "evaluation", "report"))
 
     def config_overrides(self, preset):
+        changes = {"raw": {"source": "shapes"}, "prepare": {"dataset": "shapes"}, "model": {"name": "shapes-cvae"}}
         if preset == "smoke":  # a deployment check: fewer reference renderings, and the distribution bar is off
-            return {"workload": {"settings": {"reference_seeds": 1, "max_fid": 100.0}}}
-        return {}
+            changes["workload"] = {"settings": {"reference_seeds": 1, "max_fid": 100.0}}
+        return changes
 
     def sample_costs(self, columns, cfg):
         from aigc.workloads.image.tokenizer import words
