@@ -8,6 +8,7 @@ flag is fixed from the message alone.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -157,6 +158,4 @@ def preset(name: str, workload: Workload | None = None) -> PipelineConfig:
 
 def _slug(name: str) -> str:
     """``name`` as a lake key segment (``aigc.lake.keys.NAME``: a lower-case slug)."""
-    import re
-
     return re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:64] or "workload"

@@ -47,7 +47,7 @@ class ImageWorkload(Workload):
     def records(self, cfg):
         from aigc.workloads.image.records import ImageRecordRules
 
-        return ImageRecordRules(image_settings(cfg) if cfg is not None else ImageSettings())
+        return ImageRecordRules(image_settings(cfg))
 
     variant_kinds = ("fp32", "bf16", "pruned", "onnx", "int8")
 

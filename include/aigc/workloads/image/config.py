@@ -132,7 +132,8 @@ class CVAEShape:
         return cls(**{f.name: fields[f.name] for f in dataclasses.fields(cls) if f.name in fields})
 
 
-def image_settings(cfg: PipelineConfig) -> ImageSettings:
-    """The image settings of ``cfg``: the preset's, or their defaults in a configuration built without a preset."""
-    own = cfg.workload.settings
+def image_settings(cfg: PipelineConfig | None) -> ImageSettings:
+    """The image settings of ``cfg``: the preset's, or their defaults in a configuration built without a preset (or
+    none at all)."""
+    own = cfg.workload.settings if cfg is not None else None
     return own if isinstance(own, ImageSettings) else ImageSettings()

@@ -25,6 +25,7 @@ from aigc.lake.base import json_bytes
 from aigc.lake.keys import join, parse_date
 from aigc.prepare.drop import SUCCESS, drop_prefix
 from aigc.progress import progress
+from aigc.workloads.image.config import ImageSettings
 from aigc.workloads.world import png_bytes, random_scene, render
 
 DIRT_KINDS = (
@@ -41,9 +42,10 @@ bench checks prepare's verdicts against. Prepare never reads it."""
 _COPIES = ("exact_duplicate", "near_duplicate", "duplicate_id")
 
 
-def make_raw_drop(raw: Lake, date: str | dt.date, cfg: RawDropConfig, resolution: int = 32) -> dict:
+def make_raw_drop(raw: Lake, date: str | dt.date, cfg: RawDropConfig, resolution: int | None = None) -> dict:
     """Write the drop for ``date`` under ``raw`` (replacing one already there), its images ``resolution`` pixels
-    square (``ImageSettings.resolution``); return counts."""
+    square (None: ``ImageSettings``' default); return counts."""
+    resolution = resolution or ImageSettings().resolution
     date = parse_date(date)
     prefix = drop_prefix(date)
     raw.delete_prefix(prefix)  # a re-run replaces the drop, it never appends to it
