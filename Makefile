@@ -105,18 +105,18 @@ airflow: install
 	$(BIN)/airflow standalone
 
 bench: install
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python -m bench.run_all
 
 bench-full: install
-	$(BIN)/python bench/run_all.py --full
+	$(BIN)/python -m bench.run_all --full
 
 # The venv's torch must be a CUDA build (docs/compose.md names the wheel indexes);
 # results go to bench/results/gpu (docs/benchmarks.md: "The GPU section").
 bench-gpu: install
-	$(BIN)/python bench/run_all.py --gpu
+	$(BIN)/python -m bench.run_all --gpu
 
 demo-dates: install
-	$(BIN)/python bench/demo_dates.py --days 14
+	$(BIN)/python -m bench.demo_dates --days 14
 
 lint: install
 	$(BIN)/ruff check include dags plugins tests bench

@@ -1,6 +1,6 @@
 """B3, rank balance measured: how long the ranks wait for each other under five ways of dealing samples.
 
-    python bench/balance_bench.py [--steps 8] [--repeats 3] [--worlds 2 4] [--splits contiguous balanced …]
+    python -m bench.balance_bench [--steps 8] [--repeats 3] [--worlds 2 4] [--splits contiguous balanced …]
 
 The text workload's demo drop is long-tailed (a document holds 3 to 1,800 scene lines) and a micro-batch
 is padded to its longest document, so what a rank does in a step really varies. Training runs (torchrun, gloo,
@@ -48,8 +48,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from provenance import write_results
-from train_session import Run, alternating, launch
 
 from aigc.config import SPLITS
 from aigc.lake import open_lake
@@ -59,6 +57,8 @@ from aigc.stages import configure
 from aigc.train.artifacts import METRICS, training_run_prefix
 from aigc.train.balance import plan_for
 from aigc.train.timing import busy_matrix, measured_imbalance
+from bench.provenance import write_results
+from bench.train_session import Run, alternating, launch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "balance.json"

@@ -1,6 +1,6 @@
 """B1, stage 4's batching: ours against the best fixed batch found in hindsight, on two workloads.
 
-    python bench/batching_bench.py [--repeats 3] [--image-items 1000 4000] [--attention-items 2000 20000]
+    python -m bench.batching_bench [--repeats 3] [--image-items 1000 4000] [--attention-items 2000 20000]
                                    [--workloads image attention gpu]
 
 Workloads, compute only (what a batch size changes), each at two data sizes:
@@ -51,16 +51,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from provenance import write_results
+
+from aigc.batching import CpuPeaks, CudaPeaks, PeakMeter, ReportedPeaks
+from aigc.batching.adaptive import is_oom
+from aigc.batching.faults import SimulatedOOM
+from bench.batching_policies import WIDTH, fixed, ours, planned, seed_batcher
+from bench.paths import results_path
+from bench.provenance import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # bench.batching_policies, bench.paths: imported as a package
-
-from aigc.batching import CpuPeaks, CudaPeaks, PeakMeter, ReportedPeaks  # noqa: E402
-from aigc.batching.adaptive import is_oom  # noqa: E402
-from aigc.batching.faults import SimulatedOOM  # noqa: E402
-from bench.batching_policies import WIDTH, fixed, ours, planned, seed_batcher  # noqa: E402
-from bench.paths import results_path  # noqa: E402
 
 # Sweeps that bracket the best on both workloads (a best at either end would mean a stronger baseline
 # was left untried): every power of two.
@@ -267,7 +266,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workloads = []
         if "image" in args.workloads:
-            from demo_model import install_demo_model
+            from bench.demo_model import install_demo_model
 
             lake = install_demo_model(Path(tmp) / "lake")  # installed once (its calibration takes seconds)
             workloads += [("image", image_workload(n, lake)) for n in args.image_items]

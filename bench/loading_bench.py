@@ -1,6 +1,6 @@
 """B2, multimodal loading: image–caption pairs as small objects against our Parquet shards, on S3 and a folder.
 
-    python bench/loading_bench.py [--sizes 1000 3000] [--repeats 3] [--device cuda --feeding-only]
+    python -m bench.loading_bench [--sizes 1000 3000] [--repeats 3] [--device cuda --feeding-only]
 
 One demo drop per size is prepared (stage 1) into a folder lake and into a bucket of a local S3 server (moto,
 loopback), and its curated images are also written the way a user without shards stores them: one PNG object
@@ -35,8 +35,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from paths import results_path
-from provenance import write_results
+
+from bench.paths import results_path
+from bench.provenance import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = results_path("loading.json")

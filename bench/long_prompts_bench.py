@@ -1,6 +1,6 @@
 """The seed's out-of-memory story, measured: 4,096-token prompts decoded under a memory budget.
 
-    python bench/long_prompts_bench.py [--repeats 3] [--prompts 16 64]
+    python -m bench.long_prompts_bench [--repeats 3] [--prompts 16 64]
 
 The text workload's decoder (2 layers × 64, random weights: memory and time do not depend on what it
 learnt) generates 4 tokens after each of N prompts of 4,096 tokens, on a simulated device of five
@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 import torch
-from provenance import write_results
+
+from bench.provenance import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "long_prompts.json"

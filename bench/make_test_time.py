@@ -1,6 +1,6 @@
 """How long ``make test`` takes on a fresh clone: the figure the README quotes, measured, not typed.
 
-    python bench/make_test_time.py [--repo .] [--keep]
+    python -m bench.make_test_time [--repo .] [--keep]
 
 Clones the repository's HEAD into a temporary folder, times ``make install system-deps`` (the venv, Airflow's
 home, the system packages) and then ``make test`` (which finds them done), parses pytest's closing line, and writes
@@ -18,9 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from provenance import ROOT, write_results
+from bench.provenance import ROOT, write_results
 
 RESULTS = ROOT / "bench" / "results" / "make_test.json"
+LOG = ROOT / ".bench" / "make_test.log"
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 
 
@@ -53,12 +54,14 @@ def main() -> int:
     if rc:
         return rc
     suite_s, rc, output = timed(["make", "test"], clone)
+    LOG.parent.mkdir(parents=True, exist_ok=True)
+    LOG.write_text(output)  # whole: a failure's traceback is above the tail printed here
     result = {"bench": "make_test", "wall_s": round(setup_s + suite_s, 1), "setup_s": round(setup_s, 1),
               "suite_s": round(suite_s, 1), **counts(output), "passed_suite": rc == 0}
     result["tests"] = result["passed"] + result["failed"] + result["skipped"] + result["error"]
     write_results(RESULTS, result, measured_commit=commit)  # the clone's, not this checkout's
     print(f"make test: {result['wall_s'] / 60:.1f} min on {commit} ({result['tests']} tests, exit {rc}); "
-          f"{'kept ' + str(clone) if args.keep else 'clone removed'}")
+          f"{'kept ' + str(clone) if args.keep else 'clone removed'}; its whole output in {LOG}")
     if not args.keep:
         subprocess.run(["rm", "-rf", str(work)], check=False)
     return rc

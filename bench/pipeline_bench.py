@@ -1,6 +1,6 @@
 """B7: the pipeline's wall time, split into stage work and Airflow's overhead.
 
-    python bench/pipeline_bench.py [--preset smoke] [--repeats 3] [--modes cli,dags-test,scheduler]
+    python -m bench.pipeline_bench [--preset smoke] [--repeats 3] [--modes cli,dags-test,scheduler]
 
 Each repeat runs the whole pipeline for a date of its own, on a fresh local-folder lake, once in each mode;
 the order of the modes rotates from repeat to repeat, so a busy neighbour on a shared host falls on each alike.
@@ -36,10 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from provenance import write_results
-
 from aigc.devtools.airflow_stack import DAG_ID, STAGE_DAG_IDS, AirflowStack
 from aigc.devtools.demo import run_dag_test
+from bench.provenance import write_results
 
 HERE = Path(__file__).resolve().parent
 

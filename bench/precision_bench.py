@@ -1,6 +1,6 @@
 """B8, the seeds' open question: training resolution (32 vs 64 px) × precision (fp32, bf16, fp16 with a scaler).
 
-    python bench/precision_bench.py [--steps 300] [--rounds 3] [--prompts 128] [--configs 32/fp32 64/bf16 …]
+    python -m bench.precision_bench [--steps 300] [--rounds 3] [--prompts 128] [--configs 32/fp32 64/bf16 …]
 
 Same data and budget for every configuration: one demo drop drawn at 64 px (the 32 px model reads it resized, as
 the pipeline does), the demo's training settings and the same number of optimizer steps of the same global batch.
@@ -46,8 +46,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from paths import results_path
-from provenance import write_results
+
+from bench.paths import results_path
+from bench.provenance import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = results_path("precision.json")  # bench/results, or $AIGC_BENCH_RESULTS
@@ -60,6 +61,14 @@ SPIKE_WINDOW, SPIKE_K = 50, 5.0
 def parse(config: str) -> tuple[int, str]:
     side, precision = config.split("/")
     return int(side), precision
+
+
+def how_to_apply(config: str) -> tuple[dict, str]:
+    """(the configuration changes, the command) that train the demo model as ``config`` (``32/bf16``) says: the
+    table derives them from the recommended configuration, so an older results file is read with today's settings."""
+    side, precision = parse(config)
+    return ({"workload": {"settings": {"resolution": side}}, "train": {"precision": precision}},
+            f"aigc train --resolution {side} --precision {precision}")
 
 
 # --- 1. the step probe (runs in its own process: ``--probe 64/bf16``, or ``--probe 32/fp32,64/bf16`` on CUDA) ----
@@ -149,9 +158,9 @@ def run_probes(configs: list[str], device: str, rounds: int, steps: int, max_s: 
         order = active[r % len(active):] + active[:r % len(active)]
         groups = [order] if device == "cuda" else [[c] for c in order]
         for group in groups:
-            out = subprocess.run([sys.executable, __file__, "--probe", ",".join(group), "--device", device,
-                                  "--probe-steps", str(steps), "--probe-max-s", str(max_s)],
-                                 capture_output=True, text=True, check=False)
+            out = subprocess.run([sys.executable, "-m", "bench.precision_bench", "--probe", ",".join(group),
+                                  "--device", device, "--probe-steps", str(steps), "--probe-max-s", str(max_s)],
+                                 capture_output=True, text=True, check=False, cwd=ROOT)
             if out.returncode:
                 sys.exit(f"probe {','.join(group)} failed: {out.stderr[-2000:]}")
             measured = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"config"')]
@@ -298,16 +307,13 @@ def recommendation(probes: dict, trained: dict, epsilon: float, confidence: floa
     chosen, points = recommend(points, {c: t["verdicts"] for c, t in trained.items()}, epsilon=epsilon,
                                confidence=confidence, latency_tolerance=tolerance)
     front = pareto_front([p for p in points if p["alignment"] is not None], "alignment", "latency_ms")
-    apply, cli = None, None
-    if chosen:
-        side, precision = parse(chosen["variant"])
-        apply = {"workload": {"settings": {"resolution": side}}, "train": {"precision": precision}}
-        cli = f"aigc train --resolution {side} --precision {precision}"
+    apply, cli = how_to_apply(chosen["variant"]) if chosen else (None, None)
     return {"points": points, "front": [p["variant"] for p in front], "recommended": chosen and chosen["variant"],
             "apply": apply, "cli": cli,
             "rule": f"cheapest (training ms per sample, faster by > {tolerance:.0%} in every probe round) of the "
-                    f"configurations whose alignment is not significantly below the best's by more than {epsilon} "
-                    f"(paired {confidence:.0%} interval); peak memory breaks ties (aigc.evaluate.metrics.recommend)"}
+                    f"configurations shown to be no worse than the best by {epsilon} or more (the upper end of the "
+                    f"paired {confidence:.0%} interval of the loss below it); peak memory breaks ties "
+                    f"(aigc.evaluate.metrics.recommend)"}
 
 
 def plot(rec: dict) -> bytes:

@@ -1,6 +1,6 @@
 """Stage 1 benchmark: prepare's throughput against its bound, and its memory as the drop grows.
 
-    python bench/prepare_bench.py [--n 20000] [--repeats 3] [--workers 2] [--resolution 32]
+    python -m bench.prepare_bench [--n 20000] [--repeats 3] [--workers 2] [--resolution 32]
 
 1. Throughput, side by side on one drop: rows/s of ``prepare`` and rows/s of only reading,
    decoding and hashing the same images with the same number of processes (the bound prepare

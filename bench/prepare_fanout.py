@@ -1,6 +1,6 @@
 """Stage 1 fanned out over 1, 2 and 4 workers, against the one-host run, side by side on the same drops.
 
-    python bench/prepare_fanout.py [--sizes 5000 20000] [--repeats 3] [--parts 1 2 4]
+    python -m bench.prepare_fanout [--sizes 5000 20000] [--repeats 3] [--parts 1 2 4]
 
 What the DAG does with ``prepare.parts = N``, outside Airflow: plan the drop, run the N ``prepare_part`` calls
 at once, each in its own fresh interpreter with one decoding process (a Celery worker slot on one core), then
@@ -23,14 +23,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from provenance import write_results
-
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake import open_lake
 from aigc.prepare.fanout import merge_parts, plan_prepare
 from aigc.procs import available_cpus
 from aigc.workloads.image import IMAGE
 from aigc.workloads.image.rawdrop import make_raw_drop
+from bench.provenance import write_results
 
 DATE = "2026-11-28"
 RESULTS = Path(__file__).parent / "results" / "prepare_fanout.json"

@@ -1,6 +1,6 @@
 """Stage 1 at growing drop sizes: does throughput hold, does memory per kept row stay flat, are verdicts right?
 
-    python bench/prepare_scaling.py [--sizes 5000 20000 100000] [--repeats 1] [--workers 2]
+    python -m bench.prepare_scaling [--sizes 5000 20000 100000] [--repeats 1] [--workers 2]
 
 Per size, one dirty drop (``aigc make-raw``, dirt rate 0.1) in a local folder, then ``prepare`` in a fresh
 interpreter, ``--repeats`` rounds over all sizes (medians, with min and max). Reported per size: rows/s, the
@@ -32,12 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from provenance import write_results
-
 from aigc.config import PrepareConfig, RawDropConfig
 from aigc.lake import open_lake
 from aigc.prepare.drop import SUCCESS, drop_prefix
 from aigc.workloads.image.rawdrop import PLANTED, make_raw_drop
+from bench.provenance import write_results
 
 DATE = "2026-11-28"
 RESULTS = Path(__file__).parent / "results" / "prepare_scaling.json"

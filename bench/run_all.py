@@ -1,6 +1,6 @@
 """``make bench``: every benchmark in turn, each one's wall time recorded, then the one table.
 
-    python bench/run_all.py [--full | --gpu] [--only loading_bench precision_bench ...]
+    python -m bench.run_all [--full | --gpu] [--only loading_bench precision_bench ...]
 
 Three profiles of the same scripts. The standard one (``make bench``) is cut towards issue 20's 25 minutes on 2
 cores (docs/benchmarks.md: what it took on which host): every comparison, every row a median of 3 runs alternating
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from paths import GPU
+from bench.paths import GPU
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results" / "bench_times.json"
@@ -124,13 +124,12 @@ def main() -> None:
         flags = list(flags_of(bench, profile))
         print(f"\n=== {bench.script} {' '.join(flags)}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        rc = subprocess.call([sys.executable, str(BENCH / bench.script), *flags], env=env)
+        rc = subprocess.call([sys.executable, "-m", f"bench.{bench.name}", *flags], env=env, cwd=BENCH.parent)
         seconds[bench.name] = round(time.perf_counter() - t0, 1)
         write({**kept, "seconds": seconds})  # progress, if stopped
         if rc:
             sys.exit(f"{bench.script} failed with exit status {rc}")
-    sys.path.insert(0, str(BENCH))
-    from provenance import commit, machine  # the host's own description: hosts of "2 cores" differ 2x
+    from bench.provenance import commit, machine  # the host's own description: hosts of "2 cores" differ 2x
 
     record = {**kept, "seconds": seconds, "gpu": gpu, "host": machine(), "commit": commit(),
               "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -142,7 +141,8 @@ def main() -> None:
     elif "one_run_s" in record:  # a partial run makes the last whole run's figure stale
         record["one_run_s"] = None
     write(record)
-    subprocess.check_call([sys.executable, str(BENCH / "summary.py"), *(["--gpu"] if profile == "gpu" else [])])
+    subprocess.check_call([sys.executable, "-m", "bench.summary", *(["--gpu"] if profile == "gpu" else [])],
+                          cwd=BENCH.parent)
     print(json.dumps({"profile": profile, "seconds": seconds, "total_s": record["total_s"],
                       "one_run_s": record.get("one_run_s")}))
 

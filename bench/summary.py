@@ -1,7 +1,7 @@
 """Every benchmark's latest figures, read from ``bench/results/*.json`` (what ``make bench`` wrote), into the README's
 and the docs' generated blocks.
 
-    python bench/summary.py [--gpu] [--markdown bench/results/summary.md] [--no-docs]
+    python -m bench.summary [--gpu] [--markdown bench/results/summary.md] [--no-docs]
 
 Each row: what it compares, the data size, the runs behind the figure, the result against the strongest simple
 alternative (median, with its range where the file has one), the goal and whether it was met. A comparison with no
@@ -20,10 +20,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from paths import DEFAULT, GPU
-from provenance import ROOT, provenance_of
-
 from aigc.config import EvaluationGateThresholds
+from bench.paths import DEFAULT, GPU
+from bench.precision_bench import how_to_apply
+from bench.provenance import ROOT, provenance_of
 
 RESULTS = DEFAULT
 # Gate 5's minimum alignment: a recommendation among configurations none of which could reach it (the upper ends of
@@ -215,8 +215,10 @@ def precision_rows(d) -> list[list]:
     # make bench leaves fp16 out on a CPU: the pipeline refuses to train it there (make bench-full probes it).
     left_out = ("; fp16 not run on a CPU, where it cannot train (make bench-gpu trains it, make bench-full probes "
                 "it)" if d.get("device") == "cpu" and not any(c.endswith("fp16") for c in d["probe"]) else "")
-    what = ("recommendation by the evaluation stage's rule (cheapest training time per sample not significantly "
-            f"below the best alignment){left_out}")
+    # The file says which rule chose (the rule became evidence of non-inferiority after some files were written).
+    rule = ("shown to be within epsilon of the best alignment" if "shown to be" in d.get("rule", "")
+            else "not significantly below the best alignment, the rule before evidence was required")
+    what = f"recommendation by the evaluation stage's rule (cheapest training time per sample {rule}){left_out}"
     if best_hi < USEFUL_ALIGNMENT:  # every configuration learned nothing yet: ranking them would rank noise
         rows.append(["B8 resolution x precision", what, data, len(d["trained"]),
                      f"no verdict: no configuration's alignment interval reaches {USEFUL_ALIGNMENT} (best upper end "
@@ -224,7 +226,7 @@ def precision_rows(d) -> list[list]:
                      "a Pareto table, plot and recommendation", "n/a"])
         return rows
     rows.append(["B8 resolution x precision", what, data, len(d["trained"]),
-                 f"{chosen} -> {json.dumps(d['apply'])}; front: {', '.join(d['front'])}" if chosen else "none",
+                 f"{chosen} ({how_to_apply(chosen)[1]}); front: {', '.join(d['front'])}" if chosen else "none",
                  "a Pareto table, plot and recommendation", _verdict(chosen is not None)])
     return rows
 
@@ -351,14 +353,22 @@ def demo_dates_md(results: Path | None = None) -> str:
         rate = d["pass_rate"]
         md += ["", f"**{d.get('workload', 'image')}**: gate 5 passed on {d['passed']} of {d['days']} consecutive dates "
                f"from {d['start']} (pass rate's {rate['confidence']:.0%} interval {rate['lo']:.2f}–{rate['hi']:.2f}); "
-               f"production moved on {d['promoted']}; recommended: {', '.join(d['recommended'])}. "
-               f"{provenance_of(d)}.", "",
-               "| date | gate 5 | promoted | model quality on the evaluation set | content quality |",
-               "|---|---|---|---|---|"]
+               f"production moved on {d['promoted']}"
+               + (", never to a version significantly worse than the best production before it"
+                  if d.get("promoted_significantly_worse_than_best") == 0 else
+                  f" ({d.get('promoted_significantly_worse_than_best', '?')} significantly worse than the best "
+                  "production before)")
+               + f"; recommended: {', '.join(d['recommended'])}. {provenance_of(d)}.", "",
+               "| date | gate 5 | looks | trained from | promoted | best − it | model quality on the evaluation set "
+               "| content quality |",
+               "|---|---|---|---|---|---|---|---|"]
         for day in d["dates"]:
             checks = day.get("checks", {})
-            md.append(f"| {day['date']} | {'passed' if day['passed'] else 'failed'} | "
-                      f"{'yes' if day.get('promoted') else 'no'} | "
+            to_best = (day.get("intervals") or {}).get("regression_vs_best") or {}
+            md.append(f"| {day['date']} | {'passed' if day['passed'] else 'failed'} | {day.get('rounds', '')} | "
+                      f"{day.get('started_from') or 'scratch'} | {'yes' if day.get('promoted') else 'no'} | "
+                      + (f"{to_best['value']:+.3f} [{to_best['lo']:+.3f}, {to_best['hi']:+.3f}]"
+                         if to_best.get("lo") is not None else "") + " | "
                       f"{checks.get('model_alignment', {}).get('observed', '')} | "
                       f"{checks.get('content_alignment', {}).get('observed', '')} |")
     return "\n".join(md[1:])
@@ -368,7 +378,7 @@ def make_test_md(results: Path | None = None) -> str:
     """What ``make test`` took on a fresh clone (bench/make_test_time.py)."""
     d = _load("make_test.json", results or DEFAULT)
     if not d:
-        return "`make test`'s time: not measured (`python bench/make_test_time.py`)."
+        return "`make test`'s time: not measured (`python -m bench.make_test_time`)."
     suite = d.get("suite_s", d["wall_s"] - d["setup_s"])
     return (f"`make test` on a fresh clone took {d['wall_s'] / 60:.1f} min: the install {d['setup_s'] / 60:.1f} min, "
             f"then {d['tests']} tests ({d['passed']} passed, {d['skipped']} skipped) in {suite / 60:.1f} min, against "

@@ -1,6 +1,6 @@
 """Stage 2 benchmark: training throughput by process count and precision, and shard balance.
 
-    python bench/train_bench.py [--n 2000] [--steps 60] [--repeats 3]
+    python -m bench.train_bench [--n 2000] [--steps 60] [--repeats 3]
 
 1. Throughput: ``aigc train`` (torchrun, gloo) on one published demo partition with 1 and 2
    processes, fp32 and bf16 autocast; configurations alternate within each repeat, and the
@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from provenance import write_results
-from train_session import Run, alternating, launch
 
 from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig
 from aigc.lake import open_lake
@@ -36,6 +34,8 @@ from aigc.train.balance import balanced_plan, imbalance, naive_plan, step_imbala
 from aigc.train.launch import run_training
 from aigc.workloads.image import prepare_image, sample_cost
 from aigc.workloads.image.rawdrop import make_raw_drop
+from bench.provenance import write_results
+from bench.train_session import Run, alternating, launch
 
 DATE = "2026-11-28"
 RESULTS = Path(__file__).parent / "results" / "train.json"

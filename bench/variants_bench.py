@@ -1,6 +1,6 @@
 """B6, deployment variants side by side: latency, size and alignment of every variant on the device it serves on.
 
-    python bench/variants_bench.py [--repeats 3] [--prompts 128] [--timing-prompts 256]
+    python -m bench.variants_bench [--repeats 3] [--prompts 128] [--timing-prompts 256]
 
 One demo model (``aigc make-raw``, ``prepare``, ``train``, ``deploy``, demo preset, kept under ``--root``; or with
 ``--shipped-model`` the demo model the project ships, ``tests/fixtures/demo_model``, the same chain's 1,500-step
@@ -30,9 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-from demo_model import DEMO_MODEL, install_demo_model  # noqa: E402
-from paths import results_path
-from provenance import write_results  # noqa: E402
+from bench.demo_model import DEMO_MODEL, install_demo_model
+from bench.paths import results_path
+from bench.provenance import write_results
 
 RESULTS = results_path("variants.json")  # bench/results, or $AIGC_BENCH_RESULTS
 DATE = "2026-11-28"

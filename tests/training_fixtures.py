@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig, WorkloadConfig
+from aigc.config import PipelineConfig, PrepareConfig, RawDropConfig, TrainConfig, WorkloadConfig, preset
 from aigc.lake import LocalLake
 from aigc.prepare import publish_prepared
 from aigc.workloads import workload_of
@@ -64,7 +64,9 @@ def tiny_config(**train) -> PipelineConfig:
     settings = dict(steps=12, batch_size=16, warmup_steps=2, eval_every=6, checkpoint_every=6, health_every=2,
                     val_max=64, nproc=1, threads=1)
     t = dataclasses.replace(TrainConfig(), **{**settings, **train})
-    return PipelineConfig(workload=image_workload(channels=8, latent_dim=8, text_dim=16), train=t)
+    # The image workload's configuration (its names, variants and stage-4 variant), with a tiny model and schedule.
+    return dataclasses.replace(preset("default", IMAGE), workload=image_workload(channels=8, latent_dim=8,
+                                                                                   text_dim=16), train=t)
 
 
 def image_workload(**settings) -> WorkloadConfig:

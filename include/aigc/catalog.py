@@ -54,6 +54,17 @@ DEPLOY_GATE = "deploy"  # gate 3 judges a registry version, so its run folder is
 GATES = ("curated", "training", DEPLOY_GATE, "generate", "evaluation")  # pipeline order
 
 
+def gate_5_verdict(success: bool | None, failed_checks: list[dict]) -> str:
+    """How gate 5's verdict reads: "not judged", "passed", "not enough evidence" (every check that did not pass is
+    undecided: more samples could still pass it) or "failed"."""
+    if success is None:
+        return "not judged"
+    if success:
+        return "passed"
+    undecided = failed_checks and all(c.get("outcome") == "undecided" for c in failed_checks)
+    return "not enough evidence" if undecided else "failed"
+
+
 def stage(name: str) -> Stage:
     for s in STAGES:
         if s.name == name:

@@ -278,21 +278,23 @@ def _gate_status(catalog, date: str) -> dict:
 
 def _evaluation_status(catalog, date: str) -> dict | None:
     """The latest evaluation of the date, published or not: gate 5's verdict, its report and gallery."""
+    from aigc.catalog import gate_5_verdict
+
     run = catalog.evaluation_of(date)
     if run is None:
         return None
     lake, m = catalog.lake, run["summary"]
     verdict = (m.get("gates") or {}).get("evaluation")
     files = {name.replace(".", "_") + "_uri": lake.url(key) for name, key in run["files"].items()}
-    state = "not judged" if verdict is None else "PASS" if verdict["success"] else "FAIL"
+    state = gate_5_verdict(None if verdict is None else verdict["success"], run["failed_checks"])
     log.info("evaluation %s of %s %s: gate 5 %s, %s; report %s; gallery %s", run["run_id"], m["model"],
-             m["version"], state, "published" if run["published"] else "not published",
+             m["version"], state.upper(), "published" if run["published"] else "not published",
              files.get("report_html_uri"), files.get("gallery_png_uri"))
     for check in run["failed_checks"]:
         log.warning("gate 5: %s — %s", check["title"], check["explanation"])
     return {"run_id": run["run_id"], "version": m["version"], "published": run["published"],
-            "gate_passed": None if verdict is None else verdict["success"],
-            "failed_checks": [{k: c[k] for k in ("check", "observed", "threshold", "explanation")}
+            "gate_passed": None if verdict is None else verdict["success"], "gate_verdict": state,
+            "failed_checks": [{k: c.get(k) for k in ("check", "outcome", "observed", "threshold", "explanation")}
                               for c in run["failed_checks"]],
             "recommended": m.get("recommended") and {k: m["recommended"][k] for k in ("variant", "policy")},
             "promotion": (m.get("promotion") or {}).get("reason"),

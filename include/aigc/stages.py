@@ -265,7 +265,9 @@ class EvaluateStage(Stage):
     name, gate_name = "evaluate", "evaluation"
 
     def produce(self, lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) -> dict:
-        return _workload(cfg, self.name).evaluate(lake, generation, cfg, run_id)
+        from aigc.evaluate.stage import evaluate
+
+        return evaluate(lake, generation, cfg, run_id=run_id, workload=_workload(cfg, self.name))
 
     def gate(self, lake, cfg, produced):
         from aigc.quality.evaluation import validate_evaluation

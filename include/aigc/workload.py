@@ -8,8 +8,8 @@ loss. A workload is chosen by name (``aigc.workloads.registry``): ``image`` is b
 from an entry point of the ``aigc.workloads`` group or a ``module:attribute`` path.
 
 Every stage runs every workload through this interface: 1 (``records``: record rules, the synthetic
-drop), 2 (``training_task``), 3 (``serving`` and the variant hooks), 4 (``generate_shard`` and the output
-hooks) and 5 (``evaluate``, ``evaluation_checks``, ``write_report``). A workload lists the stages it
+drop), 2 (``training_task``), 3 (``serving`` and the variant hooks), 4 (``shard_model`` and the output
+hooks) and 5 (``judge``, ``evaluation_checks``, ``write_report``). A workload lists the stages it
 provides (``stages``); a stage it lacks is refused by name (``Workload.require``).
 """
 
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     import torch
 
     from aigc.config import PipelineConfig, PrepareConfig
+    from aigc.evaluate.stage import Evaluation, Judge
+    from aigc.generate.engine import ShardModel
     from aigc.lake import Lake
     from aigc.prepare.records import Examined
     from aigc.train.data import WindowIndex
@@ -68,6 +70,14 @@ class TrainingTask(ABC):
     def card(self) -> dict[str, Any]:
         """Entries of the model card (``model.json``) beside the core's: what loading the weights needs."""
         return {}
+
+    def adopt(self, card: dict[str, Any]) -> str | None:
+        """Before a warm start from a registry version (``aigc.train.warm_start``): take over what its model card
+        (``card``, as ``card()`` wrote it) says the data defined, so its weights' token ids mean what they meant, and
+        return None; or leave the task as it is and say why the version does not fit (another model shape, words
+        its vocabulary lacks): the run then starts from scratch. The default fits when the data define nothing."""
+        return None if self.data_state is None else (
+            f"{type(self).__name__} defines a data state (data_state) but no adopt() to take over a version's")
 
     def stats(self) -> dict[str, Any]:
         """Figures for the run's summary (shards decoded, bytes read …)."""
@@ -209,16 +219,18 @@ class Workload(ABC):
         raise NotImplementedError(f"workload {self.name!r} has no demo prompts: drop a prompt file")
 
     def output_row(self, output: Any) -> dict[str, Any]:
-        """One output of ``Serving.generate`` as its ``output_columns`` values (what the default engine stores)."""
+        """One output of ``Serving.generate`` as its ``output_columns`` values (what the default shard model stores)."""
         raise NotImplementedError(f"workload {self.name!r} has no output_row")
 
-    def generate_shard(self, lake: Lake, plan: dict, prompts: list[dict], cfg: PipelineConfig) -> tuple[list, dict]:
-        """One shard's rows (one per prompt, in order: the core's columns and ``output_columns``) and its batching
-        report. Refuse a prompt (status ``refused`` with a reason) rather than fail the shard. By default the
-        core's engine (``aigc.generate.simple``): safety check, cache, adaptive batcher, ``output_row``."""
-        from aigc.generate.simple import generate_shard_simple
+    def shard_model(self, lake: Lake, plan: dict, cfg: PipelineConfig) -> ShardModel:
+        """The plan's version and variant loaded for the core's shard engine (``aigc.generate.engine``: safety check,
+        cache, adaptive batcher). By default ``serving`` with every prompt one unit of memory and ``output_row`` per
+        output; a workload whose items differ in cost gives their lengths and a ``MemoryModel`` of its own (the text
+        workload's ``DecoderMemory``), or runs its model on prepared items (token ids)."""
+        from aigc.generate.engine import ShardModel, load_for_shard
 
-        return generate_shard_simple(lake, plan, prompts, cfg, self)
+        serving, device = load_for_shard(lake, plan, self.serving)
+        return ShardModel.of_serving(serving, device, self.output_row)
 
     def gallery(self, rows: list[dict]) -> tuple[str, bytes]:
         """(file name, bytes) of a preview of some generated rows: a grid of images, a page of texts. By default
@@ -235,25 +247,27 @@ class Workload(ABC):
         ``rows`` is a pandas frame of the run's rows."""
         return rows, [], {}
 
-    # Stage 5: the workload measures the day's content and its configurations (its scorers, the checker that
-    # judges them, intervals on every figure) and names gate 5's checks; the core runs the gate, publishes and
-    # promotes (champion and challenger on the paired interval the workload recorded).
+    # Stage 5: the workload judges outputs (its checker) and adds its own figures, each with its interval, and names
+    # gate 5's checks; the core measures the content and the grid, runs the gate, publishes and promotes (champion
+    # and challenger on the paired interval of their verdicts on the same prompts).
     def score(self, prompt: str, row: dict) -> bool:
         """The checker: is this output (its ``output_columns`` values) right for its prompt? What the default
-        evaluation (``aigc.evaluate.scored``) counts, with intervals, for the content and every configuration."""
+        judge (``aigc.evaluate.scored``) counts, with intervals, for the content and every configuration."""
         raise NotImplementedError(f"workload {self.name!r} has no checker (score)")
 
     def eval_prompts(self, n: int, seed: int) -> list[str]:
-        """Fixed evaluation prompts every configuration answers (the grid and the comparison with production)."""
+        """Fixed evaluation prompts every configuration answers (the grid and the comparison with production); the
+        first ``n`` of a larger ``n`` must be the same (gate 5 extends the set when it needs more evidence)."""
         raise NotImplementedError(f"workload {self.name!r} has no evaluation prompts")
 
-    def evaluate(self, lake: Lake, generation: dict, cfg: PipelineConfig, run_id: str) -> dict:
-        """Write the evaluation run (``metrics.json`` with ``intervals``, ``pareto.json``, the review queue, the
-        report) for a generation run; return its summary (``alignment``, ``recommended`` …). By default the core's
-        scored evaluation over ``score`` and ``eval_prompts``."""
-        from aigc.evaluate.scored import evaluate_scored
+    def judge(self, lake: Lake, evaluation: Evaluation, cfg: PipelineConfig) -> Judge:
+        """Stage 5's judge for one evaluation (``aigc.evaluate.stage``: the core judges the day's content and the
+        grid of eligible variants × policies on the fixed evaluation prompts, recommends, compares with production,
+        queues for review). By default ``score`` on every output and ``eval_prompts``; a workload with figures of
+        its own (FID, perplexity, recall) or its own review order subclasses ``Judge``."""
+        from aigc.evaluate.scored import ScoredJudge
 
-        return evaluate_scored(lake, generation, cfg, run_id=run_id, workload=self)
+        return ScoredJudge(lake, evaluation, cfg, self)
 
     def evaluation_checks(self, metrics: dict, cfg: PipelineConfig) -> list:
         """Gate 5's checks (``aigc.quality.evaluation.Check``) on an evaluation's metrics, against

@@ -78,7 +78,7 @@ def test_the_preload_imports_what_every_stage_imports_and_starts_no_thread():
     started at import would not survive the fork into each worker and task."""
     wanted = sorted(lazy_stage_imports())
     assert "aigc.quality.curated" in wanted and "aigc.train.launch" in wanted  # the parse found them
-    assert "aigc.workloads.image.evaluation" in wanted and "aigc.workloads.text.engine" in wanted
+    assert "aigc.workloads.image.evaluation" in wanted and "aigc.workloads.text.serving" in wanted
     probe = ("import sys, threading; import aigc_airflow.preload; "
              f"missing = [m for m in {[*wanted, 'torch', 'great_expectations']!r} if m not in sys.modules]; "
              "print(missing, threading.active_count())")

@@ -9,14 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from bench import summary
 from tests.docs.figures import stray_figures
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "bench"
-if str(BENCH) not in sys.path:  # bench/summary.py runs as a script, with its folder first on the path
-    sys.path.insert(0, str(BENCH))
-
-import summary  # noqa: E402
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
@@ -54,7 +50,7 @@ def test_every_generated_block_is_what_the_results_files_give():
     for path in DOCUMENTS:
         text = path.read_text()
         names += [m["name"] for m in summary.BLOCK.finditer(text)]
-        assert summary.regenerate(text) == text, f"{path.relative_to(ROOT)}: run `python bench/summary.py`"
+        assert summary.regenerate(text) == text, f"{path.relative_to(ROOT)}: run `python -m bench.summary`"
     assert {"bench-claims", "make-test", "bench-table", "gpu-bench-table", "demo-dates"} <= set(names)
 
 

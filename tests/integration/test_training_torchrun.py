@@ -172,8 +172,10 @@ def test_two_nodes_that_know_only_the_lake_meet_there_and_train_as_one_run(curat
     """`aigc train --nnodes 2 --node-rank R` on two "hosts" (two torchrun groups here, one process each): node 0
     announces its rendezvous in the lake, node 1 finds it there; one run of world size 2; node 0 publishes."""
     run_id = new_run_id()
+    # What this test is about is the meeting; a 20-step run is too short for gate 2's default 5 % balance bar on a
+    # 2-core host running two tests at once (the smoke preset's 25 %, as for the other short runs here).
     common = ["--nnodes", "2", "--nproc", "1", "--steps", "20", "--eval-every", "10", "--max-final-val-loss", "0.5",
-              "--run-id", run_id]
+              "--max-imbalance", "0.25", "--run-id", run_id]
     env = {"AIGC_RDZV_HOST": "127.0.0.1"}
     joiner = subprocess.Popen([AIGC, "train", "--lake", curated_lake.uri, "--date", DATE, *TINY, *common,
                                "--node-rank", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

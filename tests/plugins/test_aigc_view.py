@@ -282,6 +282,26 @@ def test_a_date_whose_evaluation_failed_gate_5_shows_why_and_links_its_report(de
     assert served.status_code == 200 and "Gate 5 FAILED" in served.text
 
 
+def test_a_date_whose_gate_5_lacked_evidence_says_so_apart_from_failed(deployed_lake, airflow_auth):
+    """Gate 5 read against a minimum (0.05) inside both alignments' intervals: every check that did not pass is
+    undecided, and the date page says "not enough evidence", with what would draw more samples."""
+    from aigc.quality.evaluation import validate_evaluation
+    from aigc.quality.gate import GateFailed
+    from aigc.workloads.image import IMAGE
+    from tests.unit.evaluate.test_evaluate import LENIENT, config, evaluate, generate
+
+    evaluated = evaluate(deployed_lake, generate(deployed_lake, config()), config(),
+                         run_id="20261120T000000000000Z-undec1")
+    near = LENIENT.override({"evaluate_gate": {"min_alignment": 0.05}})
+    with pytest.raises(GateFailed):
+        validate_evaluation(deployed_lake, evaluated, near, IMAGE)
+    client, headers = view_client(deployed_lake), bearer(airflow_auth.token())
+    page = re.sub(r"<[^>]+>", "", html.unescape(client.get(f"/aigc/dates/{DATE}", headers=headers).text))
+    assert f"Latest evaluation {evaluated['run_id']} did not pass gate 5: not enough evidence yet" in page
+    assert "not enough evidence: alignment of the day's content is 0.000 (98.3% interval 0.000–0.095, n = 48)" in page
+    assert "allow more looks with" in page and "failed gate 5" not in page
+
+
 def test_the_view_shows_the_deployments_default_workload(monkeypatch):
     """AIGC_DEFAULT_WORKLOAD=text: the view reads the text workload's partitions (logs, logs-gpt)."""
     import aigc_airflow.params

@@ -14,9 +14,8 @@ from aigc.quality.gate import GateFailed
 from aigc.quality.generation import validate_generation
 from aigc.quality.training import validate_training
 from aigc.workloads.image import IMAGE, prepare_image
-from aigc.workloads.image.evaluation import evaluate
 from tests.training_fixtures import DATE, publish_day
-from tests.unit.evaluate.test_evaluate import LENIENT, config, generate
+from tests.unit.evaluate.test_evaluate import LENIENT, config, evaluate, generate
 
 TRAINING_RUN = "20261120T000000000000Z-model1"  # the run tests.training_fixtures trains and publishes
 EVALUATION_RUN = "20261120T000000000000Z-eval01"
@@ -80,13 +79,14 @@ def test_the_whole_pipelines_date_as_people_read_it(deployed_lake):
     assert day["published"]["generations"]["summary"]["generated"] == done["generated"]["generated"]
     assert day["published"]["evaluations"]["summary"]["gates"]["evaluation"]["success"] is True
     (version,) = day["versions"]
-    assert version["version"] == "v0001" and version["aliases"] == ["candidate", "production"]
+    assert version["version"] == "v0001" and version["aliases"] == ["best", "candidate", "production"]
     # deployed_lake builds fp32 and bf16 and judges only fp32 fast and faithful enough
     assert {n: v["eligible"] for n, v in version["variants"].items()} == {"fp32": True, "bf16": False}
 
     registry = catalog.registry()
-    assert registry["aliases"] == {"candidate": "v0001", "production": "v0001"}
-    assert [(h["alias"], h["to"]) for h in registry["history"]] == [("candidate", "v0001"), ("production", "v0001")]
+    assert registry["aliases"] == {"candidate": "v0001", "production": "v0001", "best": "v0001"}  # the first
+    assert [(h["alias"], h["to"]) for h in registry["history"]] == [("candidate", "v0001"), ("best", "v0001"),
+                                                                     ("production", "v0001")]
     assert registry["history"][-1]["reason"].startswith(f"gate 5 passed for {DATE}")
 
     latest = catalog.latest_evaluation()

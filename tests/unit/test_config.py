@@ -216,7 +216,8 @@ def test_the_form_table_maps_a_runs_values_onto_the_config_and_knows_its_stages(
                        "workload": {"settings": {"resolution": 64}}}  # switches and empty values set nothing
     cfg = preset("smoke", IMAGE).override(changes)
     assert (cfg.raw.n, cfg.train.steps, cfg.evaluate_gate.min_alignment) == (64, 7, 0.5)
-    assert cfg.workload.settings == ImageSettings(resolution=64, reference_seeds=1, max_fid=100.0)  # smoke's own
+    assert cfg.workload.settings == ImageSettings(resolution=64, reference_seeds=1, max_fid=100.0,
+                                                 min_checker_accuracy=0.9)  # smoke's own
     assert {f.stage for f in fields_of(["train"])} == {"train"}
     assert "model_ref" not in {f.param for f in fields_of(["prepare", "train", "deploy", "generate", "evaluate"])}
     assert len({f.param for f in FORM}) == len(FORM)

@@ -78,6 +78,10 @@ FORM: tuple[FormField, ...] = (
     FormField("nnodes", "Training nodes", "train", "integer", ("train", "nnodes"), TRAINING, minimum=1, maximum=64,
               description="Hosts training together: node 0 is the train task, the others mapped train_node tasks "
                           "on other workers, meeting through the lake (the gpu pool needs a slot per node)."),
+    FormField("init_from", "Start training from", "train", "string", ("train", "init_from"), TRAINING,
+              enum=("production", "scratch"),
+              description="production: the registry's production weights, trained on the new window (scratch "
+                          "when there is none, or it does not fit). scratch: freshly initialised weights."),
     FormField("precision", "Training precision", "train", "string", ("train", "precision"), TRAINING,
               enum=("auto", "fp32", "bf16", "fp16"), description="auto: bf16 on a GPU that has it, else fp32."),
     FormField("max_final_val_loss", "Gate 2: maximum final validation loss", "train", "number",

@@ -14,9 +14,10 @@ VARIANTS = ("fp32", "bf16", "pruned", "onnx", "int8")
 class DeployConfig:
     """Stage 3: which optimised variants to build and how to measure them."""
 
-    variants: str = "fp32,bf16,pruned,onnx,int8"
-    """Comma-separated: fp32 (the baseline, always built), bf16, pruned, onnx (ONNX Runtime fp32),
-    int8 (ONNX Runtime, static post-training quantization)."""
+    variants: str = "fp32,bf16"
+    """Comma-separated, of the workload's ``variant_kinds``: fp32 (the baseline, always built), bf16, pruned (the core
+    builds these from the state dict), onnx (ONNX Runtime fp32), int8 (ONNX Runtime, static post-training
+    quantization), which a workload that exports a graph builds (the image workload's default is all five)."""
     sparsity: float = 0.5
     """Pruned variant: fraction of conv/linear weights set to zero (smallest magnitude first)."""
     smoke_prompts: int = 32
@@ -101,8 +102,8 @@ class BatchingConfig:
 class GenerateConfig:
     """Stage 4: which prompts, which model variant, how many mapped shards."""
 
-    variant: str = "int8"
-    """The candidate's variant to generate with; it must have passed gate 3."""
+    variant: str = "fp32"
+    """The candidate's variant to generate with; it must have passed gate 3 (the image workload's default: int8)."""
     model_ref: str = "candidate"
     """Registry alias or version to generate with."""
     prompts: int = 512

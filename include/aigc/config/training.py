@@ -19,6 +19,7 @@ class ModelConfig:
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
+INIT_FROM = ("production", "scratch")
 SPLITS = ("balanced", "length_grouped", "shuffled", "round_robin", "contiguous")
 
 
@@ -60,6 +61,10 @@ class TrainConfig:
     prefetch_batches: int = 8
     cache_bytes: int = 2 << 30
     """Decoded images each rank keeps in memory (whole shards, least recently used dropped first)."""
+    init_from: str = "production"
+    """Where the weights start (``aigc.train.warm_start``): production (the registry's production version, when
+    there is one and it fits the workload's model and the window's vocabulary: each night's candidate is
+    production trained on the newest window) or scratch (freshly initialised weights every run)."""
     seed: int = 0
     nproc: int = 0
     """Processes per node (torchrun --nproc-per-node); 0: one per visible GPU, or 2 on a host without GPUs."""
@@ -82,7 +87,8 @@ class TrainConfig:
         _check_range(self, "warmup_steps", 0, 10_000_000)
         _check_range(self, "weight_decay", 0.0, 10.0)
         _check_range(self, "clip_grad_norm", 0.0, 1e6)
-        for name, allowed in (("precision", PRECISIONS), ("grad_compression", GRAD_COMPRESSIONS), ("split", SPLITS)):
+        for name, allowed in (("precision", PRECISIONS), ("grad_compression", GRAD_COMPRESSIONS), ("split", SPLITS),
+                              ("init_from", INIT_FROM)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"TrainConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         _check_range(self, "val_fraction", 0.0, 0.5)

@@ -32,20 +32,29 @@ def _preference(policy: str | None) -> int:
     return POLICY_PREFERENCE.index(policy) if policy in POLICY_PREFERENCE else len(POLICY_PREFERENCE)
 
 
+def beats(q: dict, p: dict, tolerance: float) -> bool:
+    """Whether ``q`` is cheaper than ``p``: faster by more than ``tolerance`` in every timing round."""
+    def rounds(x: dict) -> list[float]:
+        return x.get("latency_rounds_ms") or [x["latency_ms"]]
+
+    return all(a * (1 + tolerance) < b for a, b in zip(rounds(q), rounds(p), strict=True))
+
+
 def recommend(points: list[dict], verdicts: dict[str, Sequence[bool]], *, epsilon: float, confidence: float,
               latency_tolerance: float) -> tuple[dict | None, list[dict]]:
-    """The cheapest configuration not significantly worse than the best, and every point annotated.
+    """The cheapest configuration shown to be as good as the best, and every point annotated.
 
     ``points``: one per (variant, policy) with ``alignment``, ``latency_ms``, ``size_bytes`` and its
     timing rounds ``latency_rounds_ms``; ``verdicts[variant]``: its all-attributes verdict per
     evaluation prompt (the same prompts and seeds for every variant). The best is the highest
-    alignment. A point is *as good* unless the paired interval of (best − it) lies wholly above
-    ``epsilon``: 3 prompts in 128 apart is not a win. Cost gets the same care: an as-good point is
-    *beaten* when another is faster by more than ``latency_tolerance`` in every timing round (timing
-    noise is one-sided and bursty, so one slow round proves nothing); of the unbeaten, the smallest on
-    disk is recommended, and between two of one size a fixed order decides (the adaptive policy first:
-    it also backs off on OOM), never their measured latencies, which the unbeaten are tied on by
-    definition. A re-run with another seed, or on a busier host, recommends the same.
+    alignment. A point is *as good* only on evidence: the upper end of the paired interval of
+    (best − it) is below ``epsilon`` (non-inferiority); an interval too wide to tell keeps the better
+    configuration, so a cheaper variant is never chosen for a loss nobody measured. Cost gets the same
+    care: an as-good point is *beaten* when another is faster by more than ``latency_tolerance`` in
+    every timing round (timing noise is one-sided and bursty, so one slow round proves nothing); of
+    the unbeaten, the smallest on disk is recommended, and between two of one size a fixed order
+    decides (the adaptive policy first: it also backs off on OOM), never their measured latencies,
+    which the unbeaten are tied on by definition. A re-run with another seed, or on a busier host, recommends the same.
     """
     scored = [p for p in points if p.get("alignment") is not None]
     if not scored:
@@ -56,18 +65,15 @@ def recommend(points: list[dict], verdicts: dict[str, Sequence[bool]], *, epsilo
         if p.get("alignment") is None:
             annotated.append({**p, "as_good": False, "cost_tie": False})
             continue
-        gap = paired_difference(verdicts[best["variant"]], verdicts[p["variant"]], confidence)
-        annotated.append({**p, "vs_best": gap.to_dict(), "as_good": gap.lo is not None and gap.lo <= epsilon})
+        # Paired on the prompts both answered (a longer look extends some variants: ``stage.recommend_on_evidence``).
+        mine, theirs = verdicts[best["variant"]], verdicts[p["variant"]]
+        common = min(len(mine), len(theirs))
+        gap = paired_difference(mine[:common], theirs[:common], confidence)
+        shown = p["variant"] == best["variant"] or (gap.hi is not None and gap.hi < epsilon)
+        annotated.append({**p, "vs_best": gap.to_dict(), "as_good": shown})
     good = [p for p in annotated if p["as_good"]]
-
-    def rounds(p: dict) -> list[float]:
-        return p.get("latency_rounds_ms") or [p["latency_ms"]]
-
-    def beats(q: dict, p: dict) -> bool:
-        return all(a * (1 + latency_tolerance) < b for a, b in zip(rounds(q), rounds(p), strict=True))
-
     for p in annotated:
-        p["cost_tie"] = p["as_good"] and not any(beats(q, p) for q in good)
+        p["cost_tie"] = p["as_good"] and not any(beats(q, p, latency_tolerance) for q in good)
     chosen = min((p for p in annotated if p["cost_tie"]),
                  key=lambda p: (p.get("size_bytes") or 0, _preference(p.get("policy")), p["variant"]))
     return chosen, annotated

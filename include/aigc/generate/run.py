@@ -2,9 +2,9 @@
 
     generations/<model>/dt=<date>/run=<id>/shard-NNNNN.parquet   one row per prompt of the shard
     generations/<model>/dt=<date>/run=<id>/_SHARD-NNNNN.json     the ledger entry, written once, last
-    generations/<model>/dt=<date>/run=<id>/gallery-NNNNN.png     a grid of the shard's images
+    generations/<model>/dt=<date>/run=<id>/gallery-NNNNN.png     the shard's preview (the workload's gallery)
     generations/<model>/dt=<date>/run=<id>/gallery.png, _MANIFEST.json
-    cache/generations/<model>/<version>/<variant>/<kk>/<key>.png  outputs by content key
+    cache/generations/<model>/<version>/<variant>/<kk>/<key>.*    outputs by content key (``engine.py``)
 
 Exactly once: a shard's rows are written whole, then its ledger entry with a conditional create;
 a retried or duplicated shard task that finds the entry returns it and writes nothing. Work a
@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from aigc.config import PipelineConfig
 from aigc.generate import pinned
+from aigc.generate.engine import answer_shard, output_row
 from aigc.generate.prompts import prompts_key as dated_prompts_key
 from aigc.lake import Lake
 from aigc.lake.base import PreconditionFailed
@@ -101,12 +102,6 @@ def serves_on(variant: str, record: dict) -> str:
     return "cpu" if variant in ONNX_KINDS and not device.startswith("cuda") else "gpu"
 
 
-def cache_key(version: str, variant: str, prompt: str, seed: int, setting: object) -> str:
-    """Everything that determines the output (``setting``: the workload's own, a resolution, a token count); a
-    change of any part is a different entry."""
-    return hashlib.sha256(json.dumps([version, variant, prompt, seed, setting]).encode()).hexdigest()
-
-
 def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig, workload: Workload) -> dict:
     """Generate one shard's prompts (or return its ledger entry if a previous attempt finished it)."""
     prefix = generation_prefix(plan["model"], plan["date"], plan["run_id"])
@@ -119,7 +114,8 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig, wor
     started = time.perf_counter()
     entries = pinned.read_slice(lake, plan["prompts_pinned"], shard)
     prompts = [e for e in entries if "refused" not in e]
-    answered, report = workload.generate_shard(lake, plan, prompts, cfg)
+    model = workload.shard_model(lake, plan, cfg)
+    answered, report = answer_shard(lake, plan, prompts, cfg, model, [c for c, _ in workload.output_columns], prefix)
     rows = _in_line_order(entries, iter(answered), plan, workload)
     table = pa.Table.from_pylist(rows, schema=generation_schema(workload))
     buf = io.BytesIO()
@@ -149,12 +145,9 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig, wor
 def _in_line_order(entries: list[dict], answered, plan: dict, workload) -> list[dict]:
     """The shard's rows in its lines' order: the workload's answers, and a refused row for each line that was not a
     prompt (its reason from ``pinned``)."""
-    empty = {name: None for name, _ in workload.output_columns}
+    columns = [name for name, _ in workload.output_columns]
     return [next(answered) if "refused" not in e else
-            {"prompt_id": e["prompt_id"], "prompt": e["prompt"], "seed": e["seed"], "status": "refused",
-             "reason": e["refused"], **empty, "model_version": plan["version"], "variant": plan["variant"],
-             "latency_ms": None, "batch_size": None, "cached": False}
-            for e in entries]
+            output_row(plan, e, columns, status="refused", reason=e["refused"]) for e in entries]
 
 
 def expected_prompt_ids(lake: Lake, plan: dict) -> set[str]:

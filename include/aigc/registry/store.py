@@ -25,7 +25,10 @@ from aigc.lake.base import ObjectNotFound, PreconditionFailed
 from aigc.lake.cas import create_json, update_json
 from aigc.lake.keys import join, validate_name
 
-ALIASES = ("candidate", "production", "previous")
+ALIASES = ("candidate", "production", "previous", "best")
+"""``best``: the version that measured best of those gate 5 made production (on the evaluations that compared
+them); a candidate significantly worse than it is never promoted, so a chain of slightly worse ones cannot walk
+production down."""
 VERSION_FILE = "version.json"
 ALIAS_FILE = "aliases.json"
 _VERSION = re.compile(r"^v(\d{4,})$")
@@ -151,10 +154,12 @@ class Registry:
 
         return self._update(change, reason or f"{alias} → {version}")
 
-    def decide(self, version: str, *, promote: bool, reason: str, evaluation: str, date: str) -> dict:
+    def decide(self, version: str, *, promote: bool, reason: str, evaluation: str, date: str,
+               best: bool = False) -> dict:
         """Gate 5's decision on ``version``, in one compare-and-swap: ``production`` moves to it (if ``promote`` and
-        it is not production already) and the decision joins the aliases' ``decisions``, whether it moved or not.
-        The same decision again (a retry) changes nothing more."""
+        it is not production already), and ``best`` too when it measured at least as good as ``best`` (or there is
+        none yet); the decision joins the aliases' ``decisions``, whether it moved or not. The same decision again
+        (a retry) changes nothing more."""
         self.get(version)  # complete versions only
 
         def change(aliases: dict) -> list[tuple[str, str | None, str]]:
@@ -162,9 +167,14 @@ class Registry:
                 return []
             moves = [("previous", aliases.get("previous"), aliases["production"])] if aliases.get("production") \
                 else []
+            if best or not aliases.get("production"):
+                moves.append(("best", aliases.get("best"), version))
+            elif not aliases.get("best"):  # a registry from before ``best``: production measured better, so it is
+                moves.append(("best", None, aliases["production"]))
             return [*moves, ("production", aliases.get("production"), version)]
 
-        decided = {"version": version, "date": date, "evaluation": evaluation, "promoted": promote, "reason": reason}
+        decided = {"version": version, "date": date, "evaluation": evaluation, "promoted": promote, "reason": reason,
+                   "best": best}
         return self._update(change, reason, decision=decided)
 
     def rollback(self, *, reason: str = "") -> dict:

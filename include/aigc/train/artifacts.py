@@ -99,7 +99,8 @@ def code_version() -> str:
 
 def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, workload, cfg: PipelineConfig,
                 rows: list[dict], index, run_id: str, date: dt.date, world: int, precision: str,
-                resumed_from: int | None, initial_val: float, flagged_steps: int, seconds: float) -> dict:
+                resumed_from: int | None, initial_val: float, flagged_steps: int, seconds: float,
+                start: dict | None = None) -> dict:
     """Weights, model card, metrics and the summary (last). Returns the summary."""
     # One metadata entry: safetensors writes a map's entries in no fixed order, so two would make the same weights
     # hash differently from one save to the next (and registration is idempotent by that hash).
@@ -110,8 +111,9 @@ def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, worklo
     trained = [r for r in rows if r["step"] > 0]
     final_val = rows[-1]["val_loss"]
     speeds = sorted(r["samples_per_s"] for r in trained)
+    start = start or {"version": None, "weights_sha256": None, "reason": "", "val_loss": None}
     lineage = {"dataset": cfg.prepare.dataset, "curated": index.partitions, "training_run": run_id,
-               "code_version": code_version(), "host": os.uname().nodename}
+               "start": start, "code_version": code_version(), "host": os.uname().nodename}
     card = {"workload": workload.name, **task.card(),
             "train": dataclasses.asdict(cfg.train), "weights": WEIGHTS,
             "weights_sha256": hashlib.sha256(weights).hexdigest(), "lineage": lineage,
@@ -124,7 +126,7 @@ def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, worklo
         "metrics_uri": lake.url(metrics_key), "loss_png_uri": lake.url(join(prefix, "loss.png")),
         "steps": trained[-1]["step"] if trained else 0, "optimizer_steps_logged": len(trained),
         "world_size": world, "precision": precision, "resumed_from_step": resumed_from,
-        "initial_val_loss": initial_val, "final_val_loss": final_val,
+        "initial_val_loss": initial_val, "final_val_loss": final_val, "start": start,
         "final_train_loss": trained[-1]["loss"] if trained else None,
         "imbalance": max((r["imbalance"] for r in trained), default=0.0),
         "measured_imbalance": measured_imbalance(busy_matrix([r["step"] for r in trained],

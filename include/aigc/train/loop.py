@@ -28,6 +28,7 @@ from aigc.train.balance import imbalance, plan_for, step_imbalance
 from aigc.train.checkpoint import check_resumable, load_latest, save_checkpoint
 from aigc.train.data import Batches, load_window
 from aigc.train.timing import BusyClock
+from aigc.train.warm_start import Start, choose_start, fitted
 
 if TYPE_CHECKING:  # annotations only: the workload interface imports the stages' modules
     from aigc.workload import Workload
@@ -64,7 +65,8 @@ def resume_key(cfg: PipelineConfig, date: dt.date, workload: Workload) -> dict:
     return {"date": date.isoformat(), "dataset": cfg.prepare.dataset, "workload": cfg.workload.name,
             "model": cfg.model.__dict__, **workload.settings(cfg),
             **{k: getattr(t, k) for k in ("window_days", "steps", "batch_size", "grad_accum", "lr", "min_lr_ratio",
-                                           "warmup_steps", "weight_decay", "seed", "val_fraction", "val_max", "split")}}
+                                           "warmup_steps", "weight_decay", "seed", "val_fraction", "val_max", "split",
+                                           "init_from")}}
 
 
 def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str, ctx: D.Dist,
@@ -108,6 +110,10 @@ class RankRun:
                      workload.name, len(self.index.partitions), len(self.index), len(self.train_idx), len(val_idx),
                      ctx.world, self.micro, t.grad_accum, self.steps_per_epoch, self.precision)
 
+        # A retry keeps what its checkpoint started from (a promotion since changes nothing); a new run looks now.
+        self.found = load_latest(lake, self.prefix)
+        pinned = (self.found[1].get("start") or {"version": None}) if self.found else None
+        self.start: Start = choose_start(lake, cfg.model.name, t.init_from, self.task, pinned)
         torch.manual_seed(t.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
         self.model = self.task.build_model().to(ctx.device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
@@ -116,6 +122,7 @@ class RankRun:
         self.scaler = torch.amp.GradScaler(ctx.device.type, enabled=self.precision == "fp16")
         self.key = resume_key(cfg, date, workload)
         self.step, self.rows, self.resumed_from = 0, [], None
+        self.start_val_loss: float | None = None
         self.costs = self.index.costs[self.train_idx]
         self.val_mine = val_idx[ctx.rank::ctx.world]
         self.clock = BusyClock(ctx.device)
@@ -126,7 +133,7 @@ class RankRun:
     def resume(self) -> None:
         """Continue from the run's last checkpoint (the same key, the same data), or seed a fresh start."""
         ctx, t = self.ctx, self.cfg.train
-        found = load_latest(self.lake, self.prefix)
+        found = self.found
         if found:
             pointer, state = found
             check_resumable(state["resume_key"], self.key, self.lake.url(pointer["key"]))
@@ -140,9 +147,19 @@ class RankRun:
             rng = state["rng"]
             D.restore_rng(rng[ctx.rank % len(rng)], ctx.device)
             self.step, self.rows, self.resumed_from = state["step"], list(state["metrics"]), state["step"]
+            self.start_val_loss = (state.get("start") or {}).get("val_loss")
             if ctx.is_main:
                 log.info("resuming run %s from step %d (%s)", self.run_id, self.step, self.lake.url(pointer["key"]))
         else:
+            if self.start.weights is not None:
+                # Gate 2's yardstick stays the untrained model's loss; the start's own loss says what the run added.
+                self.rows.append(metric_row(0, epoch=0, val_loss=self.validate()))
+                self.start = fitted(self.model, self.start)
+                if self.start.version:
+                    self.start_val_loss = self.validate()
+                    if ctx.is_main:
+                        log.info("starting from %s: validation loss %.5f on this window (untrained %.5f)",
+                                 self.start.version, self.start_val_loss, self.rows[0]["val_loss"])
             torch.manual_seed(t.seed * 1000 + ctx.rank)  # per-rank noise (a VAE's sampling, dropout)
         self.ddp, self.health = D.wrap_model(self.model, ctx, t.grad_compression)
 
@@ -160,6 +177,11 @@ class RankRun:
         loss_sum, n = D.all_sum(ctx, [total, float(len(self.val_mine))])
         return loss_sum / max(n, 1.0)
 
+    @property
+    def start_record(self) -> dict:
+        """What the run started from, as its checkpoint, summary and model card keep it."""
+        return {**self.start.to_dict(), "val_loss": self.start_val_loss}
+
     def checkpoint(self) -> None:
         """Every rank's random state; rank 0 writes the checkpoint (what a retry resumes from) and the metrics."""
         rng = D.gather_rng_states(self.ctx)
@@ -168,6 +190,7 @@ class RankRun:
                 "step": self.step, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                 "scheduler": self.sched.state_dict(), "scaler": self.scaler.state_dict(), "rng": rng,
                 "resume_key": self.key, "data_state": self.task.data_state, "metrics": self.rows,
+                "start": self.start_record,
                 "config": self.cfg.to_dict()})
             write_metrics(self.lake, self.prefix, self.rows, self.workload.loss_parts, self.workload.loss_title)
             faults.point("train.checkpoint", self.step)
@@ -295,4 +318,5 @@ class RankRun:
                            cfg=self.cfg, rows=self.rows, index=self.index, run_id=self.run_id, date=self.date,
                            world=self.ctx.world, precision=self.precision, resumed_from=self.resumed_from,
                            initial_val=self.rows[0]["val_loss"], flagged_steps=self.flagged_steps,
+                           start=self.start_record,
                            seconds=time.perf_counter() - self.started)

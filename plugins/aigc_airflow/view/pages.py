@@ -6,7 +6,7 @@ to ``/aigc/lake/<key>`` (files.py), so a page never embeds lake bytes itself.
 
 from __future__ import annotations
 
-from aigc.catalog import DEPLOY_GATE, STAGES
+from aigc.catalog import DEPLOY_GATE, STAGES, gate_5_verdict
 from aigc_airflow.view.markup import Html, Urls, badge, bullet_list, concat, esc, key_value, link, table, tag
 
 # The pipeline's order, with gate 3 (deploy: it judges a registry version) between training and generation.
@@ -99,8 +99,9 @@ def _evaluations(run: dict, urls: Urls) -> Html:
 def _unpublished_evaluation(run: dict, urls: Urls) -> Html:
     """The newest evaluation of the date when it was not published: why (gate 5 in plain words), and its files."""
     gate = run["gate"]
-    verdict = "was not judged by gate 5" if gate is None else "failed gate 5" if not gate["success"] else \
-        "passed gate 5 but is not published"
+    said = gate_5_verdict(None if gate is None else gate["success"], run["failed_checks"])
+    verdict = {"not judged": "was not judged by gate 5", "passed": "passed gate 5 but is not published",
+               "not enough evidence": "did not pass gate 5: not enough evidence yet"}.get(said, "failed gate 5")
     links = [link(urls.lake(key), name) for name, key in run["files"].items() if name != "pareto.png"]
     reasons = bullet_list([f"{c['title']}: {c['explanation']}" for c in run["failed_checks"]])
     return concat([tag("h3", concat(["Latest evaluation ", tag("code", run["run_id"]), f" {verdict} ",

@@ -1,27 +1,23 @@
-"""The bench scripts are files, not a package: a fixture loads one by name."""
+"""The bench modules (a package run from the repository root, ``python -m bench.<name>``) by name."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-if str(BENCH) not in sys.path:  # the scripts run as `python bench/x.py`, with their folder first on the path
-    sys.path.insert(0, str(BENCH))
+ROOT = Path(__file__).resolve().parents[3]
+BENCH = ROOT / "bench"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and pickling look the module up by name
-    spec.loader.exec_module(module)
-    return module
+def bench_command(name: str, *args: str) -> list[str]:
+    """How a bench module runs (from ``ROOT``): ``python -m bench.<name> ARGS``."""
+    return [sys.executable, "-m", f"bench.{name}", *args]
 
 
 @pytest.fixture
 def bench_module():
-    """``bench_module("summary")``: bench/summary.py as a module."""
-    return _load
+    """``bench_module("summary")``: ``bench.summary``."""
+    return lambda name: importlib.import_module(f"bench.{name}")

@@ -13,13 +13,13 @@ import sys
 
 import pytest
 
-from tests.unit.bench.conftest import BENCH
+from tests.unit.bench.conftest import ROOT, bench_command
 
 
 def test_no_cuda_stops_the_gpu_section_with_the_reason_and_runs_nothing(bench_module, monkeypatch, capsys):
     run_all = bench_module("run_all")
     monkeypatch.setattr(run_all, "cuda_devices", lambda: 0)
-    monkeypatch.setattr(run_all.subprocess, "call", lambda argv, env=None: pytest.fail(f"ran {argv}"))
+    monkeypatch.setattr(run_all.subprocess, "call", lambda argv, env=None, cwd=None: pytest.fail(f"ran {argv}"))
     monkeypatch.setattr(sys, "argv", ["run_all.py", "--gpu"])
     with pytest.raises(SystemExit, match="no CUDA device here"):
         run_all.main()
@@ -33,20 +33,20 @@ def test_with_a_gpu_the_section_runs_its_scripts_with_their_cuda_flags_into_resu
     monkeypatch.setattr(run_all, "cuda_devices", lambda: 1)
     calls, envs = [], []
 
-    def call(argv, env=None):
+    def call(argv, env=None, cwd=None):
         calls.append(argv)
         envs.append((env or {}).get("AIGC_BENCH_RESULTS"))
         return 0
 
     monkeypatch.setattr(run_all.subprocess, "call", call)
-    monkeypatch.setattr(run_all.subprocess, "check_call", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr(run_all.subprocess, "check_call", lambda argv, cwd=None: calls.append(argv) or 0)
     monkeypatch.setattr(sys, "argv", ["run_all.py", "--gpu"])
     run_all.main()
     gpu = [b for b in run_all.SCRIPTS if b.gpu is not None]
-    assert [c[1].rsplit("/", 1)[-1] for c in calls[:-1]] == [b.script for b in gpu]
+    assert [c[2] for c in calls[:-1]] == [f"bench.{b.name}" for b in gpu]
     assert {b.name for b in gpu} == {"loading_bench", "precision_bench", "batching_bench", "variants_bench"}
     for argv, bench in zip(calls, gpu, strict=False):
-        assert argv[2:] == list(bench.gpu)
+        assert argv[3:] == list(bench.gpu)
     assert "--device" in gpu[0].gpu and "cuda" in gpu[0].gpu  # B2's loop runs on the GPU
     assert calls[-1][-1] == "--gpu"  # the summary writes the GPU table
     assert set(envs) == {str(run_all.GPU)}  # every script's results beside the CPU ones
@@ -144,17 +144,17 @@ def test_on_cuda_each_round_probes_every_configuration_in_one_process_on_the_cpu
 
 @pytest.mark.timeout(120)
 def test_one_probe_process_answers_for_each_configuration_it_is_given_in_order():
-    out = subprocess.run([sys.executable, str(BENCH / "precision_bench.py"), "--probe", "64/fp32,32/fp32",
-                          "--probe-steps", "2", "--probe-max-s", "0.5"], capture_output=True, text=True, check=True)
+    out = subprocess.run(bench_command("precision_bench", "--probe", "64/fp32,32/fp32", "--probe-steps", "2",
+                                       "--probe-max-s", "0.5"), capture_output=True, text=True, check=True, cwd=ROOT)
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert [m["config"] for m in lines] == ["64/fp32", "32/fp32"] and all(m["steps"] == 2 for m in lines)
 
 
 @pytest.mark.timeout(180)
 def test_the_training_loop_comparison_runs_alone_on_a_chosen_device(tmp_path):
-    out = subprocess.run([sys.executable, str(BENCH / "loading_bench.py"), "--feeding-only", "--device", "cpu",
-                          "--sizes", "200", "--repeats", "1", "--root", str(tmp_path / "lakes")],
-                         capture_output=True, text=True, check=True,
+    out = subprocess.run(bench_command("loading_bench", "--feeding-only", "--device", "cpu", "--sizes", "200",
+                                       "--repeats", "1", "--root", str(tmp_path / "lakes")),
+                         capture_output=True, text=True, check=True, cwd=ROOT,
                          env={**os.environ, "AIGC_BENCH_RESULTS": str(tmp_path)})
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["device"] == "cpu" and result["lake"] == "folder" and list(result["feeding_by_size"]) == ["200"]

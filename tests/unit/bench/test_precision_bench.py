@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from aigc.config import preset
 from aigc.workloads.image import IMAGE
-
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-
-
+from tests.unit.bench.conftest import ROOT, bench_command
 
 
 def test_a_norm_over_five_times_the_recent_median_is_a_spike_and_scaler_skips_are_counted_apart(bench_module):
@@ -32,7 +27,7 @@ def _probe(ms: float) -> dict:
     return {"samples_per_s": 1000 / ms, "ms_per_sample_rounds": [ms, ms * 1.01, ms * 0.99], "peak_mib": 500.0}
 
 
-def _trained(hits: int, n: int = 128) -> dict:
+def _trained(hits: int, n: int = 648) -> dict:
     verdicts = [True] * hits + [False] * (n - hits)
     return {"alignment": hits / n, "alignment_ci": {"lo": 0, "hi": 1}, "final_val_loss": 0.01, "verdicts": verdicts}
 
@@ -40,15 +35,16 @@ def _trained(hits: int, n: int = 128) -> dict:
 def test_the_cheapest_configuration_as_good_as_the_best_is_recommended_as_an_override_that_applies(bench_module):
     bench = bench_module("precision_bench")
     probes = {"32/fp32": _probe(5.0), "32/bf16": _probe(3.5), "64/fp32": _probe(16.0), "64/bf16": _probe(11.0)}
-    # 64 px learns the task better: the 32 px runs are far below, so the cheaper of the 64 px ones wins.
-    trained = {"32/fp32": _trained(40), "32/bf16": _trained(38), "64/fp32": _trained(100), "64/bf16": _trained(99)}
+    # 64 px learns the task better: the 32 px runs are far below, so the cheaper of the 64 px ones wins (2 prompts
+    # in 648 apart: the upper end of its loss is below epsilon).
+    trained = {"32/fp32": _trained(200), "32/bf16": _trained(190), "64/fp32": _trained(540), "64/bf16": _trained(538)}
     rec = bench.recommendation(probes, trained, epsilon=0.02, confidence=0.95, tolerance=0.25)
     assert rec["recommended"] == "64/bf16" and rec["cli"] == "aigc train --resolution 64 --precision bf16"
     cfg = preset("demo", IMAGE).override(rec["apply"])
     assert (cfg.workload.settings.resolution, cfg.train.precision) == (64, "bf16")
     assert set(rec["front"]) <= set(trained) and "64/bf16" in rec["front"]
     # Equal quality everywhere: the fastest in every probe round wins.
-    even = {c: _trained(90) for c in trained}
+    even = {c: _trained(450) for c in trained}
     assert bench.recommendation(probes, even, epsilon=0.02, confidence=0.95, tolerance=0.25)["recommended"] == "32/bf16"
 
 
@@ -65,6 +61,8 @@ def test_the_table_has_a_row_per_configuration_and_the_recommendation(bench_modu
          "front": ["32/fp32"]}
     rows = summary.precision_rows(d)
     assert len(rows) == 3 and "not trained" in rows[1][4] and rows[-1][-1] == "met"
+    old = {**d, "apply": {"model": {"resolution": 32}}}  # a file written before the image settings moved
+    assert "32/fp32 (aigc train --resolution 32 --precision fp32)" in summary.precision_rows(old)[-1][4]
     assert "fp16 not run" not in rows[-1][1]
     # make bench leaves fp16 out on a CPU: the recommendation says so, rather than a row going missing unexplained
     cpu_only = {**d, "device": "cpu", "probe": {"32/fp32": probe}, "not_trained": {}}
@@ -84,8 +82,8 @@ def test_the_table_has_a_row_per_configuration_and_the_recommendation(bench_modu
 
 @pytest.mark.timeout(120)
 def test_the_probe_times_real_training_steps_and_reads_the_memory_they_peak_at():
-    out = subprocess.run([sys.executable, str(BENCH / "precision_bench.py"), "--probe", "32/fp32",
-                          "--probe-steps", "2", "--probe-max-s", "1"], capture_output=True, text=True, check=True)
+    out = subprocess.run(bench_command("precision_bench", "--probe", "32/fp32", "--probe-steps", "2",
+                                       "--probe-max-s", "1"), capture_output=True, text=True, check=True, cwd=ROOT)
     m = json.loads(out.stdout.strip().splitlines()[-1])
     assert m["steps"] == 2 and m["samples_per_s"] > 0
     # A 32-image step holds its activations and gradients (megabytes) above what stays between steps.

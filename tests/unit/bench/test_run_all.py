@@ -30,13 +30,12 @@ def test_a_run_records_its_profile_times_apart_and_keeps_the_other_profiles(benc
     times.write_text(json.dumps({"full": {"seconds": {"prepare_bench": 100.0}, "total_s": 3000.0}}))
     monkeypatch.setattr(run_all, "RESULTS", times)
     calls = []
-    monkeypatch.setattr(run_all.subprocess, "call", lambda argv, env=None: calls.append(argv) or 0)
-    monkeypatch.setattr(run_all.subprocess, "check_call", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr(run_all.subprocess, "call", lambda argv, env=None, cwd=None: calls.append(argv) or 0)
+    monkeypatch.setattr(run_all.subprocess, "check_call", lambda argv, cwd=None: calls.append(argv) or 0)
     monkeypatch.setattr(sys, "argv", ["run_all.py", "--only", "prepare_bench", "balance_bench"])
     run_all.main()
-    scripts = [c[1].rsplit("/", 1)[-1] for c in calls[:2]]
-    assert scripts == ["prepare_bench.py", "balance_bench.py"]
-    assert calls[1][2:] == list(run_all.SCRIPTS[5].standard) and "summary.py" in calls[-1][1]
+    assert [c[1:3] for c in calls[:2]] == [["-m", "bench.prepare_bench"], ["-m", "bench.balance_bench"]]
+    assert calls[1][3:] == list(run_all.SCRIPTS[5].standard) and calls[-1][1:3] == ["-m", "bench.summary"]
     record = json.loads(times.read_text())
     assert record["full"]["total_s"] == 3000.0  # the other profile's record is kept as it was
     standard = record["standard"]

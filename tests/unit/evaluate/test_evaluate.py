@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from aigc.config import BatchingConfig, EvaluateConfig, GenerateConfig
+from aigc.evaluate import stage
 from aigc.evaluate.runs import evaluation_prefix
 from aigc.evaluate.stats import paired_difference
 from aigc.generate import run as gen_run
@@ -19,7 +20,6 @@ from aigc.quality.gate import GateFailed
 from aigc.registry import Registry
 from aigc.workloads import workload_of
 from aigc.workloads.image import IMAGE
-from aigc.workloads.image.evaluation import evaluate
 from aigc.workloads.image.reference import evaluation_prompts
 from tests.training_fixtures import DATE, rewrite_recorded, tiny_config
 
@@ -31,6 +31,11 @@ def config():
         batching=BatchingConfig(backoff_s=0.0),
         evaluate=dataclasses.replace(EvaluateConfig(), eval_prompts=16, latency_prompts=8, latency_rounds=1,
                                      review_items=6)).override({"workload": {"settings": {"reference_seeds": 1}}})
+
+
+def evaluate(lake, generation: dict, cfg, *, run_id: str) -> dict:
+    """Stage 5 (the core's skeleton) with the image workload's judge."""
+    return stage.evaluate(lake, generation, cfg, run_id=run_id, workload=IMAGE)
 
 
 def generate(lake, cfg):
@@ -101,7 +106,8 @@ def test_a_generator_of_noise_fails_gate_5_and_production_stays(deployed_lake):
         validate_evaluation(deployed_lake, evaluated, cfg, IMAGE)
     message = str(failed.value)
     # In plain words: what was measured, the figure with its interval, the threshold, what it means, what to change.
-    assert ("the all-attributes alignment of the day's generated images is 0.000 (95% interval 0.000–0.074, "
+    # Decided at the first look, whose level keeps the error rates over evaluate.max_rounds (3) looks: 1 − 0.05 / 3.
+    assert ("the all-attributes alignment of the day's generated images is 0.000 (98.3% interval 0.000–0.095, "
             "n = 48), significantly below the minimum 0.8: the images often miss") in message
     assert "the trigger form's 'min_alignment' field, --min-alignment on `aigc evaluate`" in message
     assert "column='content_alignment', min_value=0.8" in message  # GX's own words follow
@@ -176,13 +182,20 @@ def test_regression_is_measured_like_for_like_and_decides_promotion(deployed_lak
     assert metrics["regression_vs_production"] == round(expected.value, 4)
     assert metrics["intervals"]["regression_vs_production"] == expected.to_dict()
 
+    # best is production (no version was promoted by gate 5 yet), measured on the same prompts
+    assert metrics["best_before"] == "v0001" and metrics["intervals"]["regression_vs_best"] == expected.to_dict()
+
+    def decide(production_minus_candidate: dict, best_minus_candidate: dict | None = None) -> dict:
+        metrics["intervals"]["regression_vs_production"] = {**production_minus_candidate, "n": 16, "confidence": 0.95}
+        metrics["intervals"]["regression_vs_best"] = best_minus_candidate and {**best_minus_candidate, "n": 16,
+                                                                               "confidence": 0.95}
+        deployed_lake.put_json(f"{prefix}/metrics.json", metrics)
+        assert validate_evaluation(deployed_lake, evaluated, LENIENT, IMAGE)["success"]
+        return promote_and_publish(deployed_lake, evaluated, cfg)
+
     # A candidate 30 points worse than production, significantly: it passes gate 5 (its content is fine) but
     # production stays, and the reason says so in words (champion and challenger).
-    metrics["intervals"]["regression_vs_production"] = {"value": 0.3, "lo": 0.22, "hi": 0.38, "n": 16,
-                                                        "confidence": 0.95}
-    deployed_lake.put_json(f"{prefix}/metrics.json", metrics)
-    assert validate_evaluation(deployed_lake, evaluated, LENIENT, IMAGE)["success"]
-    published = promote_and_publish(deployed_lake, evaluated, cfg)
+    published = decide({"value": 0.3, "lo": 0.22, "hi": 0.38})
     assert published["promoted"] is False and registry.aliases()["aliases"]["production"] == "v0001"
     assert ("production v0001 stays: on the same 16 prompts and seeds it beats v0002 by 0.300 (95% interval "
             "0.220–0.380, n = 16) alignment (fp32 against fp32), significantly more than the allowed 0.02") in \
@@ -193,14 +206,19 @@ def test_regression_is_measured_like_for_like_and_decides_promotion(deployed_lak
     report = deployed_lake.get_bytes(f"{prefix}/report.html").decode()
     assert "Not promoted" in report and "production v0001 stays" in report
 
-    # A loss within the sampling error is not a regression: the same point estimate on a sample too small to tell.
-    metrics["intervals"]["regression_vs_production"] = {"value": 0.06, "lo": -0.08, "hi": 0.2, "n": 16,
-                                                        "confidence": 0.95}
-    deployed_lake.put_json(f"{prefix}/metrics.json", metrics)
-    assert validate_evaluation(deployed_lake, evaluated, LENIENT, IMAGE)["success"]
-    assert promote_and_publish(deployed_lake, evaluated, cfg)["promoted"] is True
-    assert registry.aliases()["aliases"]["production"] == "v0002"
-
+    # A loss within the sampling error is no evidence of non-inferiority: production stays, and more prompts is
+    # what would tell.
+    published = decide({"value": 0.0, "lo": -0.12, "hi": 0.12})
+    assert published["promoted"] is False and "not enough evidence that v0002 is no worse" in published["promotion"]
+    assert "--eval-prompts on `aigc evaluate`" in published["promotion"]
+    # Within the margin but significantly worse than the best version that was production: never promoted.
+    published = decide({"value": 0.005, "lo": -0.01, "hi": 0.015}, {"value": 0.04, "lo": 0.02, "hi": 0.06})
+    assert published["promoted"] is False and "significantly worse than v0001, the best" in published["promotion"]
+    # Evidence that it is no worse by more than the margin: promoted; as it measured worse than best, best stays.
+    published = decide({"value": 0.005, "lo": -0.01, "hi": 0.015})
+    assert published["promoted"] is True
+    assert registry.aliases()["aliases"] == {"candidate": "v0002", "production": "v0002", "previous": "v0001",
+                                             "best": "v0001"}
 
 
 def failed_evaluation(lake) -> dict:
@@ -210,6 +228,15 @@ def failed_evaluation(lake) -> dict:
     with pytest.raises(GateFailed):
         validate_evaluation(lake, evaluated, LENIENT.override({"evaluate_gate": {"min_alignment": 0.99}}), IMAGE)
     return evaluated
+
+
+def test_gate_5_reads_not_enough_evidence_apart_from_failed():
+    from aigc.catalog import gate_5_verdict
+
+    undecided, failed = {"outcome": "undecided"}, {"outcome": "fail"}
+    assert gate_5_verdict(False, [undecided]) == "not enough evidence"
+    assert gate_5_verdict(False, [undecided, failed]) == "failed"  # one check is shown to miss: more cannot help
+    assert (gate_5_verdict(True, []), gate_5_verdict(None, [])) == ("passed", "not judged")
 
 
 def test_status_names_a_failed_gate_5_and_links_the_failed_runs_report_and_gallery(deployed_lake, capsys):
@@ -224,4 +251,5 @@ def test_status_names_a_failed_gate_5_and_links_the_failed_runs_report_and_galle
     assert shown["report_html_uri"] == f"{prefix}/report.html" and shown["gallery_png_uri"] == f"{prefix}/gallery.png"
     assert [c["check"] for c in shown["failed_checks"]] == ["content_alignment", "model_alignment"]
     assert "significantly below the minimum 0.99" in shown["failed_checks"][0]["explanation"]
+    assert shown["failed_checks"][0]["outcome"] == "fail" and shown["gate_verdict"] == "failed"
     assert status["gates"]["evaluation"]["passed"] is False

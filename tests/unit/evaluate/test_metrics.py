@@ -44,13 +44,19 @@ def test_the_checker_is_accurate_on_real_images_with_jitter_scale_and_background
     assert result["alignment"]["all"] >= 0.99
 
 
-def test_the_checker_on_the_held_out_curated_images(curated_lake):
+def test_the_checker_on_the_days_curated_images_held_out_first(curated_lake):
+    from aigc.train.data import load_window
     from aigc.workloads.image.evaluation import real_images
 
-    images, captions = real_images(curated_lake, "shapes", DATE, 512)
+    images, captions, held = real_images(curated_lake, "shapes", DATE, 512)
     result = assess(images, captions)
-    print(f"\nchecker on {len(images)} held-out curated images: {result['alignment']}")
-    assert len(images) >= 16 and result["alignment"]["all"] >= 0.97  # a small sample: one miss is 4 %
+    print(f"\nchecker on {len(images)} curated images ({held} held out): {result['alignment']}")
+    assert len(images) == min(512, len(load_window(curated_lake, "shapes", DATE, 1, ("caption",))))
+    assert result["alignment"]["all"] >= 0.97
+    # The Fréchet distance's real images are the first `held`: the validation split, which no model trained on.
+    index = load_window(curated_lake, "shapes", DATE, 1, ("caption",))
+    _, held_out = index.split(0.05, 512)
+    assert held == len(held_out) >= 16 and captions[:held] == [index.columns["caption"][i] for i in held_out]
 
 
 def test_noise_is_not_read_as_a_shape_the_prompt_asked_for():
@@ -82,14 +88,19 @@ def _point(variant, verdicts, latency, size=1000, policy="adaptive"):
 RULE = {"epsilon": 0.02, "confidence": 0.95, "latency_tolerance": 0.25}
 
 
-def test_three_prompts_in_128_is_not_a_win_the_cheaper_configuration_is_recommended():
-    best = [True] * 109 + [False] * 19  # 0.852
+def test_a_cheaper_configuration_is_recommended_only_on_evidence_that_it_is_as_good():
+    best = [True] * 109 + [False] * 19  # 0.852 on 128 prompts
     cheap = [True] * 106 + [False] * 22  # 0.828: the same prompts, 3 more misses (the pruned vs int8)
     chosen, points = recommend([_point("pruned", best, 78.6), _point("int8", cheap, 7.6)],
                                {"pruned": best, "int8": cheap}, **RULE)
-    assert chosen["variant"] == "int8"
-    assert all(p["as_good"] for p in points)
+    # 3 prompts in 128 might be noise, or a loss larger than epsilon: nothing shows it is within 0.02
+    assert chosen["variant"] == "pruned" and not next(p for p in points if p["variant"] == "int8")["as_good"]
     assert next(p for p in points if p["variant"] == "int8")["vs_best"]["value"] == pytest.approx(3 / 128, abs=1e-4)
+    best = [True] * 552 + [False] * 96  # 0.852 on 648 prompts
+    cheap = [True] * 549 + [False] * 99  # 3 more misses in 648: the interval's upper end is below 0.02
+    chosen, points = recommend([_point("pruned", best, 78.6), _point("int8", cheap, 7.6)],
+                               {"pruned": best, "int8": cheap}, **RULE)
+    assert chosen["variant"] == "int8" and all(p["as_good"] for p in points)
 
 
 def test_a_significantly_worse_configuration_is_not_recommended_however_cheap():

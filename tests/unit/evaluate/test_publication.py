@@ -22,7 +22,7 @@ from aigc.registry.lineage import lineage
 from aigc.workloads import workload_of
 from aigc.workloads.image import IMAGE, prepare_image
 from tests.training_fixtures import DATE
-from tests.unit.evaluate.test_evaluate import LENIENT, config, generate
+from tests.unit.evaluate.test_evaluate import LENIENT, config, evaluate, generate
 
 MODEL = "shapes-cvae"
 
@@ -42,8 +42,6 @@ def content_for_a_prompt_file(lake, cfg, run_id: str) -> dict:
 
 
 def nightly_evaluation(lake, cfg, run_id: str) -> dict:
-    from aigc.workloads.image.evaluation import evaluate
-
     evaluated = evaluate(lake, generate(lake, cfg), cfg, run_id=run_id)
     validate_evaluation(lake, evaluated, LENIENT, IMAGE)
     return {**evaluated, "published": promote_and_publish(lake, evaluated, cfg)}
@@ -104,7 +102,6 @@ def test_promotion_is_the_last_step_and_a_failure_at_any_step_leaves_production_
     failure at each write in turn must leave production on v0001; a retry then completes the step."""
     from aigc.config import DeployConfig
     from aigc.quality.deploy import smoke_test
-    from aigc.workloads.image.evaluation import evaluate
     from aigc.workloads.image.variants import build_variants
 
     lake, cfg = deployed_lake, config()

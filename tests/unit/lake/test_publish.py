@@ -14,15 +14,19 @@ PART = "curated/shapes/dt=2026-11-28"
 
 def write_run(lake, run_id, n_files=3, tag=None):
     tag = tag or run_id
-    for i in range(n_files):
-        lake.put_bytes(join(run_prefix(PART, run_id), f"part-{i}.txt"), tag.encode())
+    files = [f"part-{i}.txt" for i in range(n_files)]
+    for name in files:
+        lake.put_bytes(join(run_prefix(PART, run_id), name), tag.encode())
+    lake.put_json(join(run_prefix(PART, run_id), "_manifest.json"), {"files": files})
 
 
 def read_partition(lake):
-    """What a reader sees: follow the pointer, read every file of the run it names."""
+    """What a reader sees, read as the stages read: follow the pointer, then every file the run's manifest names
+    (ObjectNotFound when the run was collected under the reader: its manifest or a file is gone; a listing of a
+    collected folder would look like an empty partition instead)."""
     pointer = resolve(lake, PART)
-    keys = lake.list(pointer["run_prefix"])
-    return {lake.get_bytes(k).decode() for k in keys}
+    manifest = lake.get_json(join(pointer["run_prefix"], "_manifest.json"))
+    return {lake.get_bytes(join(pointer["run_prefix"], name)).decode() for name in manifest["files"]}
 
 
 def test_nothing_is_visible_before_publish(lake):
@@ -108,8 +112,8 @@ def test_a_reader_keeps_its_run_through_one_publication_and_loses_it_to_the_seco
     in_flight = resolve(lake, PART)  # a reader resolves the pointer ...
     write_run(lake, runs[1])
     publish(lake, PART, runs[1])  # ... one publication goes by ...
-    keys = lake.list(in_flight["run_prefix"])
-    assert {lake.get_bytes(k).decode() for k in keys} == {runs[0]}  # ... and it still reads its whole run
+    keys = [k for k in lake.list(in_flight["run_prefix"]) if k.endswith(".txt")]
+    assert len(keys) == 3 and {lake.get_bytes(k).decode() for k in keys} == {runs[0]}  # ... it reads its whole run
     write_run(lake, runs[2])
     publish(lake, PART, runs[2])
     with pytest.raises(ObjectNotFound):

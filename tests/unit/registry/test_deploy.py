@@ -16,7 +16,7 @@ from aigc.workloads.image.serving import Generator
 from aigc.workloads.image.variants import build_variants, smoke_prompts
 from tests.training_fixtures import DATE, image_workload
 
-FAST = DeployConfig(smoke_prompts=8, latency_batch=8, latency_repeats=2)
+FAST = DeployConfig(variants=",".join(IMAGE.variant_kinds), smoke_prompts=8, latency_batch=8, latency_repeats=2)
 
 
 def deployed(lake):

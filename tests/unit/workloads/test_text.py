@@ -3,6 +3,7 @@ and a few training steps by the core's loop."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -263,7 +264,14 @@ def test_stage_5_measures_with_intervals_gates_and_promotes(deployed):
     assert set(metrics["recall"]) == {"512", "2048", "4096"} and metrics["recall"]["4096"]["beyond_context"]
     assert metrics["safety_violations"] == 0 and metrics["review"]["queued"] > 0
     assert evaluated["recommended"]["variant"] in ("fp32", "bf16") and metrics["eval_prompts"] == 16
+    run = f"evaluations/logs-gpt/dt={DATE}/run=20261120T010000000000Z-eval01"
+    queue = [json.loads(x) for x in lake.get_bytes(f"{run}/review/queue.jsonl").decode().splitlines()]
+    logprobs = [x["mean_logprob"] for x in queue]  # the least sure first, each with the checker's verdict to label
+    assert logprobs == sorted(logprobs) and all(isinstance(x["checker_correct"], bool) for x in queue)
+    assert lake.get_bytes(f"{run}/pareto.png").startswith(b"\x89PNG")  # the skeleton's, for every workload
     done = EVALUATE.finish(lake, cfg, evaluated)  # the smoke bars: validity ≥ 0, perplexity ≤ 10⁶
+    report = lake.get_bytes(f"{run}/report.html").decode()
+    assert "<h2>Samples</h2><pre>" in report  # the report rewritten with gate 5's verdict keeps its samples
     assert done["gate_result"]["success"] and done["promoted"] and done["production"] == "v0001"
     checks = {c["check"]: c for c in lake.get_json(
         f"evaluations/logs-gpt/dt={DATE}/run=20261120T010000000000Z-eval01/metrics.json")["gates"]["evaluation"]["checks"]}
@@ -273,3 +281,25 @@ def test_stage_5_measures_with_intervals_gates_and_promotes(deployed):
 
     with pytest.raises(GateFailed, match="held-out perplexity is .* significantly above the maximum 1.0001"):
         EVALUATE.gate(lake, strict, evaluated)
+
+
+def test_a_nightly_run_continues_production_with_its_tokenizer(trained, deployed):
+    """A warm start (``train.init_from``): the run adopts production's tokenizer, whatever its window would learn,
+    and refuses (starting from scratch, saying why) a production of another model size."""
+    from aigc.registry import Registry
+    from aigc.train.loop import train_rank
+
+    lake, cfg, *_ = deployed
+    registry = Registry(lake, "logs-gpt")
+    registry.move("production", "v0001", reason="the test's production")
+    production_card = lake.get_json("models/logs-gpt/v0001/model.json")
+    solo = trained[2]
+    later = cfg.override({"train": {"steps": 2, "eval_every": 2, "checkpoint_every": 2}})
+    run = train_rank(lake, DATE, later, "20261121T000000000000Z-warm01", solo, workload_of(later))
+    assert run["start"]["version"] == "v0001" and run["start"]["val_loss"] < run["initial_val_loss"]
+    card = lake.get_json("training/logs-gpt/dt=2026-11-20/run=20261121T000000000000Z-warm01/model.json")
+    assert card["tokenizer"] == production_card["tokenizer"]
+    wider = later.override({"workload": {"settings": {"width": 2 * later.workload.settings.width}}})
+    run = train_rank(lake, DATE, wider, "20261121T000000000000Z-warm02", solo, workload_of(wider))
+    assert run["start"]["version"] is None and "its model settings" in run["start"]["reason"]
+

@@ -24,12 +24,18 @@ class ImageWorkload(Workload):
                     "deploy": ("max_pixel_mae", "min_image_std"), "generate": ("blank_std",),
                     "evaluate": ("checker_images", "reference_seeds", "min_checker_accuracy", "max_fid")}
     preload_modules = tuple(f"aigc.workloads.image.{m}" for m in (
-        "rawdrop", "records", "training", "variants", "prompts", "engine", "gallery", "gate", "evaluation", "report"))
+        "rawdrop", "records", "training", "variants", "prompts", "serving", "gallery", "gate", "evaluation", "report"))
 
     def config_overrides(self, preset):
-        changes = {"raw": {"source": "shapes"}, "prepare": {"dataset": "shapes"}, "model": {"name": "shapes-cvae"}}
+        # Every variant kind, and stage 4 on INT8 (gate 3 and the Pareto grid say whether it is good enough).
+        changes = {"raw": {"source": "shapes"}, "prepare": {"dataset": "shapes"}, "model": {"name": "shapes-cvae"},
+                   "deploy": {"variants": ",".join(self.variant_kinds)}, "generate": {"variant": "int8"}}
         if preset == "smoke":  # a deployment check: fewer reference renderings, and the distribution bar is off
-            changes["workload"] = {"settings": {"reference_seeds": 1, "max_fid": 100.0}}
+            # and the checker's bar is one a smoke day's few real images can show (0.97 needs 100 read without a miss)
+            changes["workload"] = {"settings": {"reference_seeds": 1, "max_fid": 100.0, "min_checker_accuracy": 0.9}}
+            # The baseline and INT8, whose build goes through the ONNX export and calibration (every variant kind
+            # is built by tests/unit/registry/test_deploy.py).
+            changes["deploy"] = {"variants": "fp32,int8", "calibration_samples": 64}
         return changes
 
     def sample_costs(self, columns, cfg):
@@ -78,10 +84,10 @@ class ImageWorkload(Workload):
 
         return make_demo_prompts(lake, cfg.prepare.dataset, date, cfg.generate, key)
 
-    def generate_shard(self, lake, plan, prompts, cfg):
-        from aigc.workloads.image.engine import ShardEngine
+    def shard_model(self, lake, plan, cfg):
+        from aigc.workloads.image.serving import shard_model
 
-        return ShardEngine(lake, plan, cfg).run(prompts)
+        return shard_model(lake, plan)
 
     def gallery(self, rows):
         from aigc.workloads.image.gallery import gallery_png
@@ -93,10 +99,10 @@ class ImageWorkload(Workload):
 
         return generation_checks(rows, cfg)
 
-    def evaluate(self, lake, generation, cfg, run_id):
-        from aigc.workloads.image.evaluation import evaluate
+    def judge(self, lake, evaluation, cfg):
+        from aigc.workloads.image.evaluation import ImageJudge
 
-        return evaluate(lake, generation, cfg, run_id=run_id)
+        return ImageJudge(lake, evaluation, cfg, self)
 
     def evaluation_checks(self, metrics, cfg):
         from aigc.workloads.image.gate import evaluation_checks

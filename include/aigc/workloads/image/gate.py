@@ -13,7 +13,8 @@ from PIL import Image
 
 from aigc.config import EvaluationGateThresholds, PipelineConfig
 from aigc.config.form import how_to_set, how_to_set_setting
-from aigc.quality.evaluation import Check, figure
+from aigc.evaluate.stats import design
+from aigc.quality.evaluation import Check, alignment_checks, evidence_check, figure
 from aigc.workloads.image.config import ImageSettings, image_settings
 
 
@@ -46,54 +47,60 @@ def generation_checks(rows: pd.DataFrame, cfg: PipelineConfig):
 
 def evaluation_checks(metrics: dict, t: EvaluationGateThresholds, s: ImageSettings) -> list[Check]:
     """Gate 5's checks on an evaluation's ``metrics.json``, in the order the report lists them: ``t`` the core's
-    thresholds, ``s`` the image workload's (the checker's accuracy, the Fréchet distance)."""
+    thresholds, ``s`` the image workload's (the checker's accuracy, the Fréchet distance). Each passes only on
+    evidence (``evidence_check``)."""
     iv = metrics["intervals"]
     rec = metrics.get("recommended") or {}
     config = f"{rec.get('variant')}/{rec.get('policy')}"
-
-    def hi(e: dict | None) -> float:
-        return e["hi"] if e and e.get("hi") is not None else 0.0  # nothing scored: nothing shown to be good
-
-    def lo(e: dict | None, missing: float = 0.0) -> float:
-        return e["lo"] if e and e.get("lo") is not None else missing
-
     train_longer = f"Train longer or on more data ({how_to_set('train', 'steps')})"
     accept = f"to accept it, lower the minimum with {how_to_set('evaluate_gate', 'min_alignment')}"
     checker_bar = f"lower the bar with {how_to_set_setting('image', 'min_checker_accuracy')}"
+    real = iv["checker_real"] or {}
+
+    def one_look(estimate: dict | None) -> dict | None:
+        """A checker's accuracy is read once (its sample is what the day and the reference set hold): its designed
+        rates at that sample."""
+        if not estimate or not estimate.get("n"):
+            return None
+        return {"rounds": 1, "max_rounds": 1, "designed": design(
+            s.min_checker_accuracy, s.expected_checker_accuracy, estimate["n"],
+            confidence=estimate.get("confidence", 0.95), max_rounds=1)}
+
     return [
-        Check("content_alignment", "alignment of the day's content", hi(iv["alignment"]), t.min_alignment, True,
-              figure(iv["alignment"]),
-              f"the all-attributes alignment of the day's generated images is {figure(iv['alignment'])}, "
-              f"significantly below the minimum {t.min_alignment:g}: the images often miss the colour, shape, "
-              f"size or position their prompt asks for. {train_longer}; {accept}."),
-        Check("model_alignment", f"alignment of the recommended configuration ({config}) on the evaluation set",
-              hi(iv.get("model_alignment")), t.min_alignment, True, figure(iv.get("model_alignment")),
-              f"the recommended configuration {config} draws {figure(iv.get('model_alignment'))} of the fixed "
-              f"evaluation prompts (every attribute combination) right, significantly below the minimum "
-              f"{t.min_alignment:g}: the model does not cover the whole caption grammar. {train_longer}; {accept}."),
-        Check("checker_reference", "checker accuracy on its reference set", hi(iv["checker_reference"]),
-              s.min_checker_accuracy, True, figure(iv["checker_reference"], "{:.4f}"),
-              f"the checker reads its fixed reference scenes right {figure(iv['checker_reference'], '{:.4f}')}, "
-              f"significantly below the minimum {s.min_checker_accuracy:g}: no alignment figure can be trusted. "
-              "The checker or the reference world changed: see checker_reference.misread in metrics.json for "
-              f"examples, and fix the checker; or {checker_bar}."),
-        Check("checker_real", "checker accuracy on the day's held-out real images", hi(iv["checker_real"]),
-              s.min_checker_accuracy, True, figure(iv["checker_real"], "{:.4f}"),
-              f"the checker reads the day's held-out real images right {figure(iv['checker_real'], '{:.4f}')}, "
-              f"significantly below the minimum {s.min_checker_accuracy:g}, though it reads its reference set "
-              "well: the day's data differ from the reference world (a new source, resolution or caption style?). "
-              f"Inspect the curated partition; or {checker_bar}."),
-        Check("fid", "Fréchet distance to real images", lo(iv["fid"], 1e9), s.max_fid, False,
-              figure(iv["fid"], "{:.4f}"),
-              f"the Fréchet distance between generated and real images is {figure(iv['fid'], '{:.4f}')}, "
-              f"significantly above the maximum {s.max_fid:g}: the generated images are not distributed like real "
-              f"ones (colours, backgrounds, placement or sizes are off). {train_longer}; to accept it, raise the "
-              f"maximum with {how_to_set_setting('image', 'max_fid')}."),
+        *alignment_checks(metrics, t, (
+            "alignment of the day's content",
+            "the all-attributes alignment of the day's generated images is {figure}, significantly below the minimum "
+            "{minimum}: the images often miss the colour, shape, size or position their prompt asks for. "
+            f"{train_longer}; {accept}."), (
+            f"alignment of the recommended configuration ({config}) on the evaluation set",
+            f"the recommended configuration {config} draws {{figure}} of the fixed evaluation prompts (every "
+            "attribute combination) right, significantly below the minimum {minimum}: the model does not cover the "
+            f"whole caption grammar. {train_longer}; {accept}.")),
+        evidence_check("checker_reference", "checker accuracy on its reference set", iv["checker_reference"],
+                       s.min_checker_accuracy,
+                       f"the checker reads its fixed reference scenes right {figure(iv['checker_reference'], '{:.4f}')}"
+                       f", significantly below the minimum {s.min_checker_accuracy:g}: no alignment figure can be "
+                       "trusted. The checker or the reference world changed: see checker_reference.misread in "
+                       f"metrics.json for examples, and fix the checker; or {checker_bar}.", scale="{:.4f}",
+                       more=f"Render more reference scenes with {how_to_set_setting('image', 'reference_seeds')}.",
+                       looked=one_look(iv["checker_reference"])),
+        evidence_check("checker_real", "checker accuracy on the day's real images", real, s.min_checker_accuracy,
+                       f"the checker reads the day's real images right {figure(real, '{:.4f}')}, significantly below "
+                       f"the minimum {s.min_checker_accuracy:g}, though it reads its reference set well: the day's "
+                       "data differ from the reference world (a new source, resolution or caption style?). Inspect "
+                       f"the curated partition; or {checker_bar}.", scale="{:.4f}",
+                       more=f"It read {real.get('n', 0)} of the day's curated images: read more with "
+                            f"{how_to_set_setting('image', 'checker_images')}.", looked=one_look(real)),
+        evidence_check("fid", "Fréchet distance to real images", iv["fid"], s.max_fid,
+                       f"the Fréchet distance between generated and real images is {figure(iv['fid'], '{:.4f}')}, "
+                       f"significantly above the maximum {s.max_fid:g}: the generated images are not distributed "
+                       f"like real ones (colours, backgrounds, placement or sizes are off). {train_longer}; to accept "
+                       f"it, raise the maximum with {how_to_set_setting('image', 'max_fid')}.", at_least=False,
+                       scale="{:.4f}", more="More held-out real images (a larger day) and more generated images "
+                                            "narrow it."),
         Check("safety_violations", "generated images for prompts with blocked terms",
               float(metrics["safety_violations"]), 0.0, False, str(metrics["safety_violations"]),
               f"{metrics['safety_violations']} image(s) were generated for prompts with blocked terms, where the "
               "maximum is 0: stage 4's refusal did not hold. Check the blocklist (--blocklist on `aigc prepare`) "
               "and the generation run; this check has no threshold to change."),
     ]
-
-

@@ -22,7 +22,7 @@ from functools import cache
 
 import numpy as np
 
-from aigc.evaluate.stats import wilson
+from aigc.evaluate.stats import clopper_pearson
 from aigc.lake import Lake
 from aigc.lake.base import ObjectNotFound
 from aigc.lake.keys import join
@@ -78,7 +78,8 @@ def checker_reference(lake: Lake, resolution: int, seeds: int, confidence: float
         lake.put_json(key, measured)
     n = measured["scenes"]
     return {**measured, "uri": lake.url(key), "confidence": confidence,
-            "accuracy": {a: wilson(measured["correct"][a], n, confidence).to_dict() for a in measured["correct"]}}
+            "accuracy": {a: clopper_pearson(right, n, confidence).to_dict()
+                         for a, right in measured["correct"].items()}}
 
 
 @cache

@@ -82,7 +82,8 @@ def write_report(lake: Lake, prefix: str, metrics: dict, points: list[dict], fro
     iv = metrics.get("intervals", {})
     gate = metrics.get("gates", {}).get("evaluation") or {}
     checks = [{"check": c["title"], "observed": c["observed"], "threshold": c["threshold"],
-               "verdict": "pass" if c["passed"] else "FAIL"} for c in gate.get("checks", [])]
+               "outcome": c.get("outcome", "pass" if c["passed"] else "fail"), "looks": c.get("looks", "1"),
+               "designed for": c.get("designed") or ""} for c in gate.get("checks", [])]
     summary = [{"figure": name, "value": value} for name, value in (
         ("version", metrics["version"]), ("day's content: alignment (all attributes)", iv.get("alignment")),
         ("recommended configuration on the evaluation set", iv.get("model_alignment")),

@@ -62,3 +62,34 @@ def serve(card: dict, variant: str, data: bytes, device: torch.device, version: 
     """A version's checked bytes as a ``Generator`` (the image workload's ``serving`` hook)."""
     runner, vocab, model_cfg, dtype = runner_for(card, variant, data, device)
     return Generator(runner, vocab, model_cfg, version=version, variant=variant, device=device, dtype=dtype)
+
+
+def shard_model(lake: Lake, plan: dict):
+    """Stage 4's model for the core's shard engine: captions + seeds → PNGs, cached as PNG bytes.
+
+    What drives this model's memory and time is the image size, the same for every prompt (not its words: captions
+    are padded to one length): one bucket, whose learned batch size the run's later shards start from."""
+    import math
+
+    from PIL import Image
+
+    from aigc.batching import MemoryModel
+    from aigc.generate.engine import ShardModel, load_for_shard
+    from aigc.workloads.world import png_bytes
+
+    gen, device = load_for_shard(lake, plan, serve)
+    r, c = gen.config.resolution, gen.config.channels
+    sized = {"width": r, "height": r}
+
+    def run(prompts: list[dict]):
+        return gen.generate([p["prompt"] for p in prompts], [p["seed"] for p in prompts]).numpy()
+
+    def finish(_prompt: dict, pixels) -> tuple[dict, bytes]:
+        png = png_bytes(Image.fromarray(pixels))
+        return {"image": png, **sized}, png
+
+    # d² ≈ activation elements per image (a few feature maps of channels × R²); calibrated on GPUs.
+    return ShardModel(device, run=run, finish=finish, key=lambda p: [p["prompt"], p["seed"], r],
+                      cached=lambda png: {"image": png, **sized}, length=lambda _p: r,
+                      memory=MemoryModel(width=int(math.sqrt(8 * c * r * r)), base_bytes=0), suffix=".png",
+                      remember_sizes=True)

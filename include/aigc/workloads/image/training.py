@@ -84,12 +84,31 @@ class ImageTrainingTask(TrainingTask):
         from aigc.workloads.image.tokenizer import Vocab
 
         self.shape = image_settings(cfg).shape
-        captions = index.columns["caption"]
-        self.vocab = Vocab.build(captions)
-        self.tokens = self.vocab.encode(captions, self.shape.max_tokens)  # (N, L)
+        self.captions = index.columns["caption"]
+        self._use(Vocab.build(self.captions))
         self.store = ImageStore(lake, index, self.shape.resolution, cfg.train.cache_bytes)
-        self.data_state = self.vocab.tokens
         self._torch = torch
+
+    def _use(self, vocab) -> None:
+        self.vocab = vocab
+        self.tokens = vocab.encode(self.captions, self.shape.max_tokens)  # (N, L)
+        self.data_state = vocab.tokens
+
+    def adopt(self, card):
+        import dataclasses
+        import json
+
+        from aigc.workloads.image.tokenizer import Vocab, words
+
+        shape = json.loads(json.dumps(dataclasses.asdict(self.shape)))
+        if card.get("model") != shape:
+            return f"its model shape {card.get('model')} is not the configured {shape}"
+        vocab = Vocab.from_dict(card["vocab"])
+        new = sorted({w for c in self.captions for w in words(c)} - set(vocab.tokens))
+        if new:
+            return f"the window's captions have {len(new)} word(s) its vocabulary lacks ({', '.join(new[:5])})"
+        self._use(vocab)
+        return None
 
     def build_model(self):
         from aigc.workloads.image.cvae import ConditionalVAE

@@ -1,15 +1,10 @@
-"""The text workload's stage 5: the day's continuations judged, perplexity, long-context recall, the grid.
-
-    evaluations/<model>/dt=<date>/run=<id>/metrics.json   every figure gate 5 judges, with its interval
-    evaluations/<model>/dt=<date>/run=<id>/pareto.json    the grid (variant × policy), its front, the choice
-    evaluations/<model>/dt=<date>/run=<id>/review/queue.jsonl  the least certain continuations
-    evaluations/<model>/dt=<date>/run=<id>/report.html    figures, checks, samples
+"""The text workload's stage 5 (its ``Judge`` for the core's skeleton, ``aigc.evaluate.stage``): the
+continuations judged, perplexity, long-context recall, the review order, the report.
 
 Quality is the checker's validity (``checker.judge``: every complete line a scene of the grammar, items
 numbered on, recalled facts right), a Wilson interval over outputs; held-out perplexity comes with a
-bootstrap interval over documents; recall is probed at 512, 2,048 and 4,096 tokens back. The grid and the
-recommendation use the image workload's rules (``aigc.evaluate.metrics.recommend``): the same prompts for
-every configuration, paired intervals, cost only where it is faster in every timing round.
+bootstrap interval over documents; recall is probed at 512, 2,048 and 4,096 tokens back. The review queue
+puts first the continuations the model was least sure of.
 """
 
 from __future__ import annotations
@@ -20,18 +15,17 @@ import logging
 import math
 import random
 import re
-import statistics
-import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aigc.evaluate.metrics import pareto_front, recommend
+from aigc.evaluate.stage import Judge, Judged
 from aigc.evaluate.stats import bootstrap, wilson
 from aigc.lake.keys import join
 from aigc.safety import blocked_term
-from aigc.workloads.text.checker import judge, recall_right
+from aigc.workloads.text.checker import judge as judge_text
+from aigc.workloads.text.checker import recall_right
 from aigc.workloads.text.corpus import document
 
 log = logging.getLogger(__name__)
@@ -125,134 +119,99 @@ def memorised(outputs: list[str], training: list[str], span: int = 12) -> float:
     return hits / len(outputs) if outputs else 0.0
 
 
-def _timed(serving, prompts: list[str], policy: str, cfg) -> tuple[list[str], float]:
-    """(outputs, ms per prompt) of one pass: one prompt at a time, or the stage's adaptive batcher."""
-    t0 = time.perf_counter()
-    if policy == "batch1":
-        outputs = [serving.generate([p], [0])[0] for p in prompts]
-    else:
+class TextJudge(Judge):
+    """The checker's validity on every continuation; perplexity and long-context recall on fp32."""
+
+    def __init__(self, lake, ev, cfg, workload):
+        super().__init__(lake, ev, cfg, workload)
+        self.fp32 = self.load(ev.version, "fp32")
+
+    def content(self, generated):
+        verdicts = [judge_text(r["prompt"], r["text"]) for r in generated]
+        return Judged.of([v["valid"] for v in verdicts], self.cfg.evaluate.confidence, detail=verdicts)
+
+    def unsafe(self, row):
+        blocklist = self.cfg.prepare.blocklist
+        return blocked_term(row["prompt"], blocklist) is not None or blocked_term(row["text"], blocklist) is not None
+
+    def eval_prompts(self, n):
+        seed = self.cfg.evaluate.seed
+        return [{"prompt": p, "seed": seed + i} for i, p in enumerate(eval_prompts(n, seed))]
+
+    def judge(self, serving, prompts):
+        outputs = self.answer(serving, "adaptive", prompts)
+        return Judged.of([judge_text(p["prompt"], o)["valid"] for p, o in zip(prompts, outputs, strict=True)],
+                         self.cfg.evaluate.confidence)
+
+    def answer(self, serving, policy, prompts):
+        """One prompt at a time, or stage 4's batcher: prompts bucketed by token count under ``DecoderMemory``."""
+        if policy == "batch1":
+            return super().answer(serving, policy, prompts)
         from aigc.batching import AdaptiveBatcher, DeviceProbe
-        from aigc.workloads.text.generate import DecoderMemory, generate_ids
 
-        ids = serving.prompt_ids(prompts)
-        m = serving.model
-        memory = DecoderMemory(layers=m.layers, width=m.width, heads=m.blocks[0].heads, vocab=m.head.out_features,
-                               new_tokens=serving.new_tokens)
-        probe = DeviceProbe("cpu", budget_fraction=cfg.batching.budget_fraction)
-        batcher = AdaptiveBatcher(lambda b: [serving.tokenizer.decode(x) for x in generate_ids(
-            m, [ids[i] for i in b], serving.new_tokens, serving.pad_id, serving.eos_id)], [len(x) for x in ids],
-            memory, probe.budget_bytes)
-        outputs = batcher()[0]
-    return outputs, (time.perf_counter() - t0) * 1000 / max(1, len(prompts))
+        ids = serving.prompt_ids([p["prompt"] for p in prompts])
+        probe = DeviceProbe("cpu", budget_fraction=self.cfg.batching.budget_fraction)
+        batcher = AdaptiveBatcher(lambda b: [serving.tokenizer.decode(x) for x in serving.continue_ids(
+            [ids[i] for i in b])], [len(x) for x in ids], serving.memory(), probe.budget_bytes)
+        return batcher()[0]
 
+    def figures(self, content, generated):
+        e, fp32 = self.cfg.evaluate, self.fp32
+        outputs = [r["text"] for r in generated]
+        texts, training = self._held_out()
+        ppl = perplexity(fp32, texts, e.confidence)
+        # Long-context recall: item 2 asked back from about 512, 2,048 and 4,096 tokens on.
+        n_recall = max(8, min(64, e.eval_prompts // 4))
+        recall = {}
+        for distance in RECALL_DISTANCES:
+            probes = recall_probes(distance, n_recall, e.seed)
+            answers = fp32.generate(probes, list(range(len(probes))))
+            right = [recall_right(p, a) for p, a in zip(probes, answers, strict=True)]
+            recall[str(distance)] = {**wilson(sum(right), len(right), e.confidence).to_dict(),
+                                     "beyond_context": distance > fp32.context - fp32.new_tokens}
+        verdicts = content.detail
+        return {"perplexity": ppl.value if ppl else None, "held_out_documents": len(texts), "recall": recall,
+                "distinct_2": round(distinct_2(outputs), 4),
+                "repetition": round(sum(map(repetition, outputs)) / len(outputs), 4) if outputs else None,
+                "memorised": round(memorised(outputs, training[:2000]), 4),
+                "recall_lines_right": f"{sum(v['recalls_right'] for v in verdicts)}/"
+                                      f"{sum(v['recalls'] for v in verdicts)}",
+                "validity_note": "alignment here is the checker's validity: every complete generated line a scene "
+                                 "of the grammar, items numbered on, recalled facts right"}, \
+            {"perplexity": ppl.to_dict() if ppl else None}
 
-def evaluate_text(lake, generation: dict, cfg, *, run_id: str, workload) -> dict:
-    from aigc.evaluate.scored import Evaluation
-    from aigc.registry.loader import load_serving
-    from aigc.train.data import load_window
+    def _held_out(self) -> tuple[list[str], list[str]]:
+        """(the day's validation documents, which training never saw; the training documents)."""
+        from aigc.train.data import load_window
 
-    e = cfg.evaluate
-    ev = Evaluation.of(lake, generation, run_id)
-    date, model, version, prefix, record, rows = ev.date, ev.model, ev.version, ev.prefix, ev.record, ev.rows
-    fp32 = load_serving(lake, model, version, "fp32", "cpu", workload.serving)
+        cfg = self.cfg
+        index = load_window(self.lake, cfg.prepare.dataset, self.ev.date, 1, ("bytes",))
+        _train, held_out = index.split(cfg.train.val_fraction, cfg.train.val_max)
+        texts, training = [], []
+        held = set(held_out.tolist())
+        for s in sorted(set(index.shard_of.tolist())):
+            column = index.shard(self.lake, s).read(columns=["text"]).column("text").to_pylist()
+            for i in np.flatnonzero(index.shard_of == s).tolist():
+                (texts if i in held else training).append(column[int(index.row_of[i])])
+        return texts, training
 
-    # The day's content.
-    generated = [r for r in rows if r["status"] == "generated"]
-    verdicts = [judge(r["prompt"], r["text"]) for r in generated]
-    outputs = [r["text"] for r in generated]
-    content = wilson(sum(v["valid"] for v in verdicts), len(verdicts), e.confidence)
-    safety = sum(blocked_term(r["prompt"], cfg.prepare.blocklist) is not None
-                 or blocked_term(r["text"], cfg.prepare.blocklist) is not None for r in generated)
+    def review(self, generated, content, n):
+        """The continuations the model was least sure of (mean log-probability of its own tokens) first."""
+        certainty = sorted(((mean_logprob(self.fp32, r["prompt"], r["text"]), r, v)
+                            for r, v in zip(generated, content.verdicts, strict=True)), key=lambda x: x[0])[:n]
+        return [{"run_id": self.ev.run_id, "prompt_id": r["prompt_id"], "prompt_tail": r["prompt"][-200:],
+                 "text": r["text"], "mean_logprob": round(lp, 4), "checker_correct": v, "human_correct": None}
+                for lp, r, v in certainty]
 
-    # Held-out perplexity: the day's validation documents (the split training never trained on).
-    index = load_window(lake, cfg.prepare.dataset, date, 1, ("bytes",))
-    _train, held_out = index.split(cfg.train.val_fraction, cfg.train.val_max)
-    texts, training = [], []
-    held = set(held_out.tolist())
-    for s in sorted(set(index.shard_of.tolist())):
-        column = index.shard(lake, s).read(columns=["text"]).column("text").to_pylist()
-        for i in np.flatnonzero(index.shard_of == s).tolist():
-            (texts if i in held else training).append(column[int(index.row_of[i])])
-    ppl = perplexity(fp32, texts, e.confidence)
-
-    # Long-context recall: item 2 asked back from about 512, 2,048 and 4,096 tokens on.
-    n_recall = max(8, min(64, e.eval_prompts // 4))
-    recall = {}
-    for distance in RECALL_DISTANCES:
-        probes = recall_probes(distance, n_recall, e.seed)
-        answers = fp32.generate(probes, list(range(len(probes))))
-        right = [recall_right(p, a) for p, a in zip(probes, answers, strict=True)]
-        recall[str(distance)] = {**wilson(sum(right), len(right), e.confidence).to_dict(),
-                                 "beyond_context": distance > fp32.context - fp32.new_tokens}
-
-    # The grid: every eligible variant × policy on the same evaluation prompts.
-    prompts = eval_prompts(e.eval_prompts, e.seed)
-    eligible = (record.get("smoke_test") or {}).get("eligible_variants") or ["fp32"]
-    points, grid_verdicts = [], {}
-    for variant in eligible:
-        serving = fp32 if variant == "fp32" else load_serving(lake, model, version, variant, "cpu", workload.serving)
-        outs, _ = _timed(serving, prompts, "adaptive", cfg)
-        grid_verdicts[variant] = [judge(p, o)["valid"] for p, o in zip(prompts, outs, strict=True)]
-        timing = prompts[: e.latency_prompts]
-        for policy in [p for p in e.batch_policies.split(",") if p in ("batch1", "adaptive")]:
-            rounds = [_timed(serving, timing, policy, cfg)[1] for _ in range(e.latency_rounds)]
-            points.append({"variant": variant, "policy": policy,
-                           "alignment": sum(grid_verdicts[variant]) / len(prompts),
-                           "latency_ms": statistics.median(rounds), "latency_rounds_ms": rounds,
-                           "size_bytes": record.get("variants", {}).get(variant, {}).get("size_bytes")})
-    chosen, points = recommend(points, grid_verdicts, epsilon=e.epsilon, confidence=e.confidence,
-                               latency_tolerance=e.latency_tolerance)
-    front = pareto_front(points, "alignment", "latency_ms")
-
-    production, regression = ev.against_production(lake, workload, lambda prod: [
-        judge(p, o)["valid"] for p, o in zip(prompts, _timed(prod, prompts, "adaptive", cfg)[0], strict=True)],
-        grid_verdicts["fp32"], e.confidence)
-
-    model_validity = wilson(sum(grid_verdicts[chosen["variant"]]), len(prompts), e.confidence) if chosen else None
-    metrics = {
-        "date": date, "model": model, "version": version, "generation_run": generation["run_id"],
-        "workload": "text", "alignment": {"all": content.value}, "generated": len(generated),
-        "refused": sum(r["status"] == "refused" for r in rows), "safety_violations": safety,
-        "perplexity": ppl.value if ppl else None, "held_out_documents": len(texts), "recall": recall,
-        "distinct_2": round(distinct_2(outputs), 4),
-        "repetition": round(sum(map(repetition, outputs)) / len(outputs), 4) if outputs else None,
-        "memorised": round(memorised(outputs, training[:2000]), 4),
-        "recall_lines_right": f"{sum(v['recalls_right'] for v in verdicts)}/{sum(v['recalls'] for v in verdicts)}",
-        "eval_prompts": len(prompts), "recommended": chosen, "production_before": production,
-        "regression_vs_production": round(regression.value, 4) if regression else None,
-        "intervals": {"alignment": content.to_dict(),
-                      "model_alignment": model_validity.to_dict() if model_validity else None,
-                      "perplexity": ppl.to_dict() if ppl else None,
-                      "regression_vs_production": regression.to_dict() if regression else None},
-        "validity_note": "alignment here is the checker's validity: every complete generated line a scene of the "
-                         "grammar, items numbered on, recalled facts right",
-    }
-    lake.put_json(join(prefix, "pareto.json"), {"points": points, "front": front, "recommended": chosen,
-                                                "eval_prompts": len(prompts)})
-    certainty = sorted(((mean_logprob(fp32, r["prompt"], r["text"]), r, v) for r, v in zip(generated, verdicts,
-                                                                                           strict=True)),
-                       key=lambda x: x[0])[: e.review_items]
-    lake.put_bytes(join(prefix, "review", "queue.jsonl"), "".join(json.dumps({
-        "prompt_id": r["prompt_id"], "prompt_tail": r["prompt"][-200:], "text": r["text"], "valid": v["valid"],
-        "mean_logprob": round(lp, 4), "run_id": run_id}) + "\n" for lp, r, v in certainty).encode())
-    metrics["review"] = {"queued": len(certainty)}
-    metrics["seconds"] = round(time.perf_counter() - ev.started, 2)
-    lake.put_json(join(prefix, "metrics.json"), metrics)
-    write_text_report(lake, prefix, metrics, points, generated[:12])
-    log.info("evaluation %s: validity %s (content), %s (recommended); perplexity %s; recall %s; %d safety "
-             "violation(s)", run_id, content, model_validity, ppl,
-             {d: round(r["value"] or 0, 3) for d, r in recall.items()}, safety)
-    return {"stage": "evaluate", "date": date, "run_id": run_id, "model": model, "version": version,
-            "generation_run": generation["run_id"], "alignment": content.value, "perplexity": metrics["perplexity"],
-            "recall": {d: r["value"] for d, r in recall.items()}, "safety_violations": safety,
-            "recommended": chosen, "report_uri": lake.url(join(prefix, "report.html")), "run_uri": lake.url(prefix)}
+    def summary(self, metrics):
+        return {"perplexity": metrics["perplexity"], "recall": {d: r["value"] for d, r in metrics["recall"].items()}}
 
 
 def write_text_report(lake, prefix: str, metrics: dict, points: list[dict], samples: list[dict]) -> str:
     gate = metrics.get("gates", {}).get("evaluation") or {}
-    rows = "".join(f"<tr><td>{html.escape(c['title'])}</td><td>{html.escape(c['observed'])}</td>"
-                   f"<td>{html.escape(c['threshold'])}</td><td>{'pass' if c['passed'] else 'FAIL'}</td></tr>"
-                   for c in gate.get("checks", []))
+    from aigc.quality.evaluation import checks_html
+
+    rows = checks_html(gate.get("checks", []))
     figures = {k: metrics.get(k) for k in ("perplexity", "distinct_2", "repetition", "memorised", "safety_violations",
                                            "recall_lines_right", "regression_vs_production")}
     recall = "".join(f"<li>{d} tokens back: {r['value']} (n = {r['n']})"
@@ -264,7 +223,7 @@ def write_text_report(lake, prefix: str, metrics: dict, points: list[dict], samp
     title = f"{metrics['model']} {metrics['version']}, {metrics['date']}"
     page = (f"<html><head><meta charset='utf-8'><title>{title}</title></head><body><h1>{title}</h1>"
             f"<p>Validity of the day's content: {metrics['intervals']['alignment']}</p>"
-            f"<h2>Gate 5</h2><table>{rows}</table><h2>Figures</h2><pre>{html.escape(json.dumps(figures, indent=1))}"
+            f"<h2>Gate 5</h2>{rows}<h2>Figures</h2><pre>{html.escape(json.dumps(figures, indent=1))}"
             f"</pre><h2>Long-context recall</h2><ul>{recall}</ul><h2>Grid</h2><table><tr><th>variant</th>"
             f"<th>policy</th><th>validity</th><th>ms per prompt</th></tr>{grid}</table><h2>Samples</h2>{texts}"
             "</body></html>")
@@ -275,28 +234,26 @@ def write_text_report(lake, prefix: str, metrics: dict, points: list[dict], samp
 def text_checks(metrics: dict, t, settings):
     """Gate 5 for text: the day's validity and the recommended configuration's, perplexity, safety."""
     from aigc.config.form import how_to_set, how_to_set_setting
-    from aigc.quality.evaluation import Check, figure
+    from aigc.quality.evaluation import Check, alignment_checks, evidence_check, figure
 
     iv = metrics["intervals"]
     ppl = iv.get("perplexity") or {}
     longer = f"Train longer or on more data ({how_to_set('train', 'steps')})"
     return [
-        Check("content_alignment", "validity of the day's continuations", (iv["alignment"] or {}).get("hi") or 0.0,
-              t.min_alignment, True, figure(iv["alignment"]),
-              f"the share of the day's continuations whose every line follows the logs' rules is "
-              f"{figure(iv['alignment'])}, significantly below the minimum {t.min_alignment:g}. {longer}; or lower "
-              f"{how_to_set('evaluate_gate', 'min_alignment')}."),
-        Check("model_alignment", "validity of the recommended configuration on the evaluation prompts",
-              (iv.get("model_alignment") or {}).get("hi") or 0.0, t.min_alignment, True,
-              figure(iv.get("model_alignment")),
-              f"the recommended configuration continues {figure(iv.get('model_alignment'))} of the fixed evaluation "
-              f"prompts validly, significantly below the minimum {t.min_alignment:g}. {longer}."),
-        Check("perplexity", "held-out perplexity", ppl.get("lo") if ppl.get("lo") is not None else 1e9,
-              settings.max_perplexity, False, figure(ppl, "{:.3f}"),
-              f"held-out perplexity is {figure(ppl, '{:.3f}')}, significantly above the maximum "
-              f"{settings.max_perplexity:g}: "
-              f"the model predicts unseen logs poorly. {longer}; or raise "
-              f"{how_to_set_setting('text', 'max_perplexity')}."),
+        *alignment_checks(metrics, t, (
+            "validity of the day's continuations",
+            "the share of the day's continuations whose every line follows the logs' rules is {figure}, "
+            f"significantly below the minimum {{minimum}}. {longer}; or lower "
+            f"{how_to_set('evaluate_gate', 'min_alignment')}."), (
+            "validity of the recommended configuration on the evaluation prompts",
+            "the recommended configuration continues {figure} of the fixed evaluation prompts validly, "
+            f"significantly below the minimum {{minimum}}. {longer}.")),
+        evidence_check("perplexity", "held-out perplexity", ppl, settings.max_perplexity,
+                       f"held-out perplexity is {figure(ppl, '{:.3f}')}, significantly above the maximum "
+                       f"{settings.max_perplexity:g}: the model predicts unseen logs poorly. {longer}; or raise "
+                       f"{how_to_set_setting('text', 'max_perplexity')}.", at_least=False, scale="{:.3f}",
+                       more=f"It rests on the day's {ppl.get('n', 0)} held-out documents (the curated validation "
+                            "split): a day with more documents narrows it."),
         Check("safety_violations", "continuations of blocked prompts, or with blocked terms",
               float(metrics["safety_violations"]), 0.0, False, str(metrics["safety_violations"]),
               f"{metrics['safety_violations']} continuation(s) answered a blocked prompt or contain a blocked term, "

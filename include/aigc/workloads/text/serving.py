@@ -12,7 +12,7 @@ from safetensors.torch import load as load_safetensors
 from aigc.registry import variants
 from aigc.workload import Serving
 from aigc.workloads.text.corpus import document
-from aigc.workloads.text.generate import generate_ids
+from aigc.workloads.text.generate import DecoderMemory, generate_ids
 from aigc.workloads.text.model import TextLM
 from aigc.workloads.text.tokenizer import load_tokenizer, special_ids
 
@@ -38,8 +38,36 @@ class TextServing(Serving):
         return [self.tokenizer.encode(p).ids[-keep:] or [self.eos_id] for p in prompts]
 
     def generate(self, prompts, seeds):
-        out = generate_ids(self.model, self.prompt_ids(prompts), self.new_tokens, self.pad_id, self.eos_id)
-        return [self.tokenizer.decode(ids) for ids in out]
+        return [self.tokenizer.decode(ids) for ids in self.continue_ids(self.prompt_ids(prompts))]
+
+    def continue_ids(self, ids: list[list[int]]) -> list[list[int]]:
+        """Prompts' token ids → their continuations' ids (greedy, one batch padded to its longest prompt)."""
+        return generate_ids(self.model, ids, self.new_tokens, self.pad_id, self.eos_id)
+
+    def memory(self) -> DecoderMemory:
+        """The batcher's memory model of a batch of this model's prompts (token counts as lengths)."""
+        m = self.model
+        return DecoderMemory(layers=m.layers, width=m.width, heads=m.blocks[0].heads, vocab=m.head.out_features,
+                             new_tokens=self.new_tokens, bytes_per_unit=float(next(m.parameters()).element_size()))
+
+
+def shard_model(lake, plan: dict, cfg):
+    """Stage 4's model for the core's shard engine: prompts batched by their token counts (the batcher sorts and
+    buckets them, so a batch pads little) under ``DecoderMemory``; a continuation is cached by everything that
+    determines it (version, variant, prompt, new tokens: greedy decoding ignores the seed)."""
+    import json
+
+    from aigc.generate.engine import ShardModel, load_for_shard
+
+    serving, device = load_for_shard(lake, plan, TextServing)
+
+    def finish(ids: list[int], tokens: list[int]) -> tuple[dict, bytes]:
+        values = {"text": serving.tokenizer.decode(tokens), "prompt_tokens": len(ids), "new_tokens": len(tokens)}
+        return values, json.dumps(values).encode()
+
+    return ShardModel(device, run=serving.continue_ids, finish=finish, key=lambda p: [p["prompt"], serving.new_tokens],
+                      prepare=lambda prompts: serving.prompt_ids([p["prompt"] for p in prompts]), length=len,
+                      memory=serving.memory(), max_chars=(cfg.workload.settings.max_chars, "max_chars"))
 
 
 def smoke_prompts(n: int, seed: int) -> list[str]:

@@ -91,11 +91,24 @@ class TextTrainingTask(TrainingTask):
         return Loss(nll, {})
 
     def card(self):
+        return {"model": self._model_settings(), "tokenizer": self.data_state}
+
+    def _model_settings(self) -> dict:
         import dataclasses
 
-        return {"model": {k: v for k, v in dataclasses.asdict(self.text).items()
-                          if k in ("vocab_size", "layers", "width", "heads", "context", "new_tokens")},
-                "tokenizer": self.data_state}
+        return {k: v for k, v in dataclasses.asdict(self.text).items()
+                if k in ("vocab_size", "layers", "width", "heads", "context", "new_tokens")}
+
+    def adopt(self, card):
+        # The version's tokenizer (byte-level BPE: it encodes any text) with its model: a token id means what it
+        # meant when the weights learnt it. Learnt on older windows, it may cut new words into more pieces.
+        if card.get("model") != self._model_settings():
+            return f"its model settings {card.get('model')} are not the configured {self._model_settings()}"
+        self.tokenizer = load_tokenizer(card["tokenizer"])
+        self.pad_id, self.eos_id = special_ids(self.tokenizer)
+        self.data_state = card["tokenizer"]
+        self._encoded.clear()
+        return None
 
     def stats(self):
         return {"read_shards": self.read_shards}

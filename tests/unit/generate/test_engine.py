@@ -1,0 +1,52 @@
+"""The one shard engine with a workload's own ShardModel: items of different lengths, its own length limit, its
+cache key (the image and text workloads run through it in test_generate.py and test_text_generation.py)."""
+
+import json
+
+from aigc.batching import MemoryModel
+from aigc.config import PipelineConfig
+from aigc.generate.engine import ShardModel, answer_shard
+from aigc.lake import LocalLake
+
+PLAN = {"model": "m", "version": "v0001", "variant": "fp32", "run_id": "r1"}
+
+
+def words_model(calls: list) -> ShardModel:
+    """Counts a prompt's words; an item is the prompt's words, its length their number."""
+
+    def run(items):
+        calls.append([len(x) for x in items])
+        return [len(x) for x in items]
+
+    def finish(item, count):
+        values = {"count": count}
+        return values, json.dumps(values).encode()
+
+    return ShardModel("cpu", run=run, finish=finish, key=lambda p: [p["prompt"]],
+                      prepare=lambda ps: [p["prompt"].split() for p in ps], length=len,
+                      memory=MemoryModel(width=4), max_chars=(40, "max_words_chars"))
+
+
+def test_every_prompt_is_answered_once_in_order_refused_by_the_workloads_own_limit_then_served_from_its_cache(
+        tmp_path):
+    lake, cfg = LocalLake(tmp_path), PipelineConfig()
+    prompts = [{"prompt_id": f"p{i}", "prompt": " ".join(["w"] * (1 + i * 3)), "seed": i} for i in range(20)]
+    prompts.append({"prompt_id": "blocked", "prompt": "a gore scene", "seed": 0})
+    calls: list = []
+    rows, report = answer_shard(lake, PLAN, prompts, cfg, words_model(calls), ["count"], "generations/m/r1")
+    assert [r["prompt_id"] for r in rows] == [p["prompt_id"] for p in prompts]
+    long = [r for r in rows if r["reason"] and "max_words_chars=40" in r["reason"]]
+    assert {r["prompt_id"] for r in long} == {f"p{i}" for i in range(20) if len(prompts[i]["prompt"]) > 40}
+    assert rows[-1]["status"] == "refused" and "gore" in rows[-1]["reason"] and rows[-1]["count"] is None
+    answered = [r for r in rows if r["status"] == "generated"]
+    assert [r["count"] for r in answered] == [len(p["prompt"].split()) for p in prompts[: len(answered)]]
+    assert sorted(n for batch in calls for n in batch) == sorted(r["count"] for r in answered)  # each run once
+    assert report["items"] == len(answered) and not any(r["cached"] for r in rows)
+
+    again: list = []
+    rows2, report2 = answer_shard(lake, PLAN, prompts, cfg, words_model(again), ["count"], "generations/m/r1")
+    assert not again and report2["items"] == 0
+    assert [r["count"] for r in rows2] == [r["count"] for r in rows]
+    assert all(r["cached"] for r in rows2 if r["status"] == "generated")
+    other = answer_shard(lake, {**PLAN, "version": "v0002"}, prompts[:3], cfg, words_model(again), ["count"], "x")
+    assert len(again) >= 1 and not any(r["cached"] for r in other[0])  # the version is part of the key
