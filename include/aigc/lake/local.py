@@ -87,8 +87,7 @@ class LocalLake(Lake):
 
     def _put(self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None) -> str:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
+        fd, tmp = _temporary_file_beside(path)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -144,7 +143,10 @@ class LocalLake(Lake):
     def _list_versions(self, prefix: str) -> Iterator[tuple[str, int, str]]:
         start = len(self._root_str) + 1
         for entry in self._entries(prefix, recursive=True):
-            st = entry.stat(follow_symlinks=False)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:  # deleted since the folder was read
+                continue
             yield entry.path[start:], st.st_size, f"mtime_ns:{st.st_mtime_ns}"
 
     def _entries(self, prefix: str, recursive: bool) -> Iterator[os.DirEntry]:
@@ -154,7 +156,11 @@ class LocalLake(Lake):
             return
         folders = [str(base)]
         while folders:
-            with os.scandir(folders.pop()) as entries:
+            try:
+                scan = os.scandir(folders.pop())
+            except FileNotFoundError:  # deleted since it was listed (another run's garbage collection): as on S3,
+                continue  # a listing shows what is there when it gets to it
+            with scan as entries:
                 for entry in entries:
                     if entry.is_symlink():  # d_type: no extra call per entry
                         log.warning("%s is a symbolic link: the local lake leaves it out of listings and refuses to "
@@ -184,9 +190,16 @@ class LocalLake(Lake):
     def _prune(self, folder: Path) -> None:
         """Drop ``folder`` and its ancestors while they are empty, so a deleted partition leaves no trace."""
         for parent in (folder, *folder.parents):
-            if parent == self.root or not parent.is_dir() or not _is_empty(parent):
-                break
-            parent.rmdir()
+            try:
+                if parent == self.root or not _is_empty(parent):
+                    break
+                parent.rmdir()
+            except FileNotFoundError:  # another deleter pruned it first: go on up
+                continue
+            except OSError as e:  # a writer put a file in it since: it stays
+                if e.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                    break
+                raise
 
     @property
     def arrow_fs(self) -> pafs.FileSystem:
@@ -199,6 +212,19 @@ class LocalLake(Lake):
 
     def _rooted(self, prefix: str) -> Lake:
         return LocalLake(self._path(prefix))
+
+
+def _temporary_file_beside(path: Path, tries: int = 8) -> tuple[int, str]:
+    """A new half-written file in ``path``'s folder, made if missing. A deleter pruning the emptied folder between
+    the two steps (another run's garbage collection) makes it again."""
+    for _ in range(tries - 1):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
+        except FileNotFoundError:
+            continue
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
 
 
 def _is_empty(folder: Path) -> bool:

@@ -4,6 +4,7 @@ import dataclasses
 import os
 import pickle
 import re
+import tempfile
 import uuid
 
 import pyarrow as pa
@@ -165,6 +166,53 @@ def test_the_local_lake_follows_no_link_on_reads_lists_and_deletes(tmp_path):
     assert lake.delete_prefix("drop") == 1
     assert (outside / "secret.png").read_bytes() == b"outside bytes"
     assert (tmp_path / "lake" / "drop" / "images" / "evil.png").is_symlink()  # not ours to remove either
+
+
+def test_a_local_listing_goes_on_past_a_folder_another_deleter_removed(tmp_path):
+    """Runs publishing one partition collect each other's superseded folders while they list it (what failed CI
+    once as a FileNotFoundError): a folder deleted after the listing saw it is skipped, as S3 would."""
+    lake = LocalLake(tmp_path)
+    for run in ("a", "b"):
+        lake.put_bytes(f"part/run={run}/x.txt", run.encode())
+    listing = lake._list("part")
+    first = next(listing)
+    other = "b" if "run=a" in first else "a"
+    lake.delete_prefix(f"part/run={other}")
+    assert list(listing) == [] and not (tmp_path / f"part/run={other}").exists()
+
+
+def test_a_local_write_makes_its_folder_again_when_a_deleter_pruned_it_meanwhile(tmp_path, monkeypatch):
+    lake = LocalLake(tmp_path)
+    real_mkstemp, pruned = tempfile.mkstemp, []
+
+    def mkstemp_after_a_prune(**kwargs):
+        if not pruned:  # the deleter's prune lands between the writer's mkdir and its temporary file
+            pruned.append(kwargs["dir"])
+            os.rmdir(kwargs["dir"])
+        return real_mkstemp(**kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_after_a_prune)
+    lake.put_bytes("part/run=a/x.txt", b"x")
+    assert pruned and lake.get_bytes("part/run=a/x.txt") == b"x"
+
+
+def test_local_prunes_racing_on_one_folder_both_succeed(tmp_path, monkeypatch):
+    from aigc.lake import local
+
+    lake = LocalLake(tmp_path)
+    lake.put_bytes("part/keep.txt", b"k")
+    lake.put_bytes("part/run=a/x.txt", b"x")
+    real_is_empty = local._is_empty
+
+    def emptied_then_pruned_by_another(folder):
+        empty = real_is_empty(folder)
+        if folder.name == "run=a":  # the other deleter's rmdir lands between this one's check and its own
+            os.rmdir(folder)
+        return empty
+
+    monkeypatch.setattr(local, "_is_empty", emptied_then_pruned_by_another)
+    lake.delete("part/run=a/x.txt")  # goes on up, and stops at the folder that still holds a file
+    assert not (tmp_path / "part/run=a").exists() and lake.get_bytes("part/keep.txt") == b"k"
 
 
 def test_a_read_is_checked_against_what_its_writer_recorded(lake):
