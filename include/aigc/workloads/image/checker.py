@@ -112,6 +112,7 @@ def _refine(alpha: np.ndarray, shape: str, frame: tuple[float, float, float], bl
     """
     r = alpha.shape[0]
     best, frame = _error(alpha, shape, frame, blur), tuple(frame)
+    seen = {frame: best}  # a search steps back onto frames it measured (about a quarter of its templates)
     step = 0.5 / r
     while step >= 0.125 / r - 1e-12:
         improved = True
@@ -128,7 +129,9 @@ def _refine(alpha: np.ndarray, shape: str, frame: tuple[float, float, float], bl
                     moved = tuple(moved)
                     if moved == frame:
                         continue
-                    error = _error(alpha, shape, moved, blur)
+                    error = seen.get(moved)
+                    if error is None:
+                        error = seen[moved] = _error(alpha, shape, moved, blur)
                     if error < best - 1e-9:
                         best, frame, improved = error, moved, True
         step /= 2
