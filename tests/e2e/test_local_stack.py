@@ -99,6 +99,7 @@ def test_a_form_run_of_aigc_generate_waits_for_the_api_run_of_its_date_then_publ
         assert run["conf"]["prompts_uri"] == "requests/form.jsonl" and run["conf"]["preset"] == "smoke"
         assert run_date(run) == day  # the form's logical date defaults to now
         assert api_still_holds, "the API run gave its date back before the form's run came: nothing was tested"
+        chromium.leave()  # back once both runs are done
         assert local_stack.wait_for_runs([api_run], timeout=1200) == {api_run: "success"}
         assert local_stack.wait_for_runs([form_run], timeout=900, dag_id="aigc_generate") == {form_run: "success"}
         api_tis = {t["task_id"]: t for t in local_stack.task_instances(api_run) if t["map_index"] in (-1, 0)}
