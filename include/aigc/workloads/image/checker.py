@@ -127,9 +127,7 @@ def _refine(alpha: np.ndarray, shape: str, frame: tuple[float, float, float], bl
                         continue
                     moved[0], moved[1] = min(max(moved[0], half), 1 - half), min(max(moved[1], half), 1 - half)
                     moved = tuple(moved)
-                    if moved == frame:
-                        continue
-                    error = seen.get(moved)
+                    error = seen.get(moved)  # the frame itself (clamped back onto it) included
                     if error is None:
                         error = seen[moved] = _error(alpha, shape, moved, blur)
                     if error < best - 1e-9:
