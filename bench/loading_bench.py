@@ -185,11 +185,11 @@ def main() -> None:
     if args.feeding_only:
         return write(feeding_only(args.sizes, args.repeats, Path(args.root).resolve(), args.device))
 
-    from aigc.config import preset
     from aigc.devtools.s3server import local_s3
     from aigc.lake import S3Lake
+    from aigc.stages import configure
 
-    cfg = preset("demo")
+    cfg = configure("demo", "image")
     reading: dict[str, dict] = {}
     feeding: dict[str, dict] = {}
     with local_s3() as s3:
@@ -249,9 +249,9 @@ def feeding_goal(feeding: dict) -> dict:
 
 def feeding_only(sizes: list[int], repeats: int, root: Path, device: str) -> dict:
     """The training-loop comparison alone, at every size, from folder lakes: the GPU section's B2."""
-    from aigc.config import preset
+    from aigc.stages import configure
 
-    cfg = preset("demo")
+    cfg = configure("demo", "image")
     by_size: dict[str, dict] = {}
     for n in sizes:
         folder = folder_lake(root, n, cfg)  # the full comparison's lake (its objects are not read here)

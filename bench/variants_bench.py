@@ -105,15 +105,15 @@ def main() -> None:
     root = Path(args.root).resolve() / ("shipped" if args.shipped_model else "")
     version = ensure_model(root, args.train_steps, args.shipped_model)
 
-    from aigc.config import preset
     from aigc.evaluate.stats import paired_difference, wilson
     from aigc.lake import open_lake
     from aigc.registry.store import Registry
+    from aigc.stages import configure
     from aigc.workloads.image.metrics import assess
     from aigc.workloads.image.reference import evaluation_prompts
     from aigc.workloads.image.serving import Generator
 
-    cfg = preset("demo")
+    cfg = configure("demo", "image")
     lake = open_lake(str(root))
     record = Registry(lake, cfg.model.name).get(version)
     eligible = (record.get("smoke_test") or {}).get("eligible_variants") or list(record["variants"])

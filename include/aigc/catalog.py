@@ -15,7 +15,6 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-from aigc.config import PipelineConfig
 from aigc.generate.run import MANIFEST as GENERATION_MANIFEST
 from aigc.lake import Lake, ObjectNotFound
 from aigc.lake.keys import NAME, RUN_ID, join, parse_date, partition, validate_key
@@ -81,11 +80,9 @@ def report_key(uri: str) -> str | None:
 class Catalog:
     """The published state of one dataset and one model in a lake."""
 
-    def __init__(self, lake: Lake, dataset: str | None = None, model: str | None = None):
-        defaults = PipelineConfig()
+    def __init__(self, lake: Lake, dataset: str, model: str):
         self.lake = lake
-        self.dataset = dataset or defaults.prepare.dataset
-        self.model = model or defaults.model.name
+        self.dataset, self.model = dataset, model
 
     def root(self, stage_name: str) -> str:
         """``<stage>/<dataset or model>``: where a stage's partitions live."""

@@ -23,7 +23,7 @@ from aigc.lake.keys import join
 from aigc.progress import emit_summary, setup_logging
 from aigc.stages import configuration_of, configure
 from aigc.workload import Workload
-from aigc.workloads import load_workload, workload_of
+from aigc.workloads import default_workload, load_workload, workload_of
 
 log = logging.getLogger("aigc")
 
@@ -427,7 +427,8 @@ def build_parser(workload: Workload | None = None) -> argparse.ArgumentParser:
         _add_config_flags(p, "prepare", PrepareConfig)
         _add_config_flags(p, "curated_gate", CuratedGateThresholds)
         if name == "prepare":
-            p.add_argument("--source", dest="raw__source", default=None, help="raw source name (default shapes)")
+            p.add_argument("--source", dest="raw__source", default=None,
+                           help="raw source name (default: the workload's)")
             p.add_argument("--drop", dest="raw__drop", default=None, choices=("producer", "synthetic"),
                            help="producer: a producer's drop under --raw or <lake>/raw/<source> (default preset); "
                                 "synthetic: the one `aigc make-raw` wrote under <lake>/raw/_synthetic/<source> "
@@ -519,7 +520,7 @@ def _flags_workload(argv: list[str] | None) -> Workload | None:
     pre.add_argument("--workload", default=None)
     known, _ = pre.parse_known_args(argv)
     try:
-        return load_workload(known.workload or PipelineConfig().workload.name)
+        return load_workload(known.workload or default_workload())
     except Exception:  # noqa: BLE001 - reported by the command, with the known workloads
         return None
 

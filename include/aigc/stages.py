@@ -67,11 +67,10 @@ def holding_date(lake: Lake, date: dt.date | str, owner: str, ttl: dt.timedelta)
 def configure(preset: str, workload: str | None = None) -> PipelineConfig:
     """The named preset for the workload called ``workload`` (None: the default), its own changes (and settings)
     applied first."""
-    from aigc.config import WorkloadConfig
     from aigc.config import preset as named
-    from aigc.workloads import load_workload
+    from aigc.workloads import default_workload, load_workload
 
-    cfg = named(preset, load_workload(workload or WorkloadConfig().name))
+    cfg = named(preset, load_workload(workload or default_workload()))
     # the name as given (an entry point, a module path): torchrun's workers resolve it again
     return cfg.override({"workload": {"name": workload}}) if workload else cfg
 

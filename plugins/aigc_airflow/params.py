@@ -7,7 +7,7 @@ import re
 
 from airflow.sdk import Param
 
-from aigc.config import PRESETS, WorkloadConfig
+from aigc.config import PRESETS
 from aigc.config.access import AccessPolicy
 from aigc.config.form import SETTINGS, fields_of
 from aigc_airflow.runtime import access_policy, deployment_setting
@@ -15,9 +15,13 @@ from aigc_airflow.runtime import access_policy, deployment_setting
 # The form's preset when a user presses Trigger unchanged (and for scheduled and asset-triggered runs): a
 # deployment sets it (a laptop: demo; a CI cluster: smoke); the full-size "default" otherwise.
 DEFAULT_PRESET = os.environ.get("AIGC_DEFAULT_PRESET", "default")
-# The workload a run serves when none is chosen: a deployment that runs its own model sets it (the environment or
-# [aigc] default_workload, read as the access policy reads it, so the form's default is always an allowed one).
-DEFAULT_WORKLOAD = deployment_setting("AIGC_DEFAULT_WORKLOAD") or WorkloadConfig.name
+
+
+def default_workload(policy: AccessPolicy | None = None) -> str:
+    """The workload a run serves when none is chosen: a deployment that runs its own model sets it (the environment
+    or [aigc] default_workload, read as the access policy reads it, so the form's default is always an allowed one);
+    else the first the deployment allows (AIGC_ALLOWED_WORKLOADS, else the built-in ones, the image demo first)."""
+    return deployment_setting("AIGC_DEFAULT_WORKLOAD") or (policy or access_policy()).workloads[0]
 
 
 def params_for(*stages: str, policy: AccessPolicy | None = None) -> dict[str, Param]:
@@ -30,7 +34,7 @@ def params_for(*stages: str, policy: AccessPolicy | None = None) -> dict[str, Pa
                               description="Named configuration: 'demo' is small enough for a laptop in minutes; "
                                           "'smoke' checks a deployment end to end in about one (its model is not "
                                           "meant to be good). The fields below override it."),
-              "workload": Param(DEFAULT_WORKLOAD, type="string", title="Workload", enum=list(policy.workloads),
+              "workload": Param(default_workload(policy), type="string", title="Workload", enum=list(policy.workloads),
                                 description="The model and data every stage runs: the workloads this deployment "
                                             "allows (AIGC_ALLOWED_WORKLOADS). A run started by another stage's "
                                             "asset carries on with that run's workload."),

@@ -205,7 +205,7 @@ def test_links_follow_where_the_api_server_mounts_the_view(small_lake, airflow_a
 def test_the_pages_show_what_the_pipeline_published(deployed_lake, airflow_auth):
     done = publish_everything(deployed_lake)
     client, headers = view_client(deployed_lake), bearer(airflow_auth.token())
-    catalog = Catalog(deployed_lake)
+    catalog = Catalog(deployed_lake, "shapes", "shapes-cvae")
 
     def get(path: str) -> str:
         response = client.get(path, headers=headers)
@@ -256,7 +256,7 @@ def test_the_json_api_and_the_evaluate_tasks_link(deployed_lake, airflow_auth, m
 
     done = publish_everything(deployed_lake)
     client, headers = view_client(deployed_lake), bearer(airflow_auth.token())
-    catalog = Catalog(deployed_lake)
+    catalog = Catalog(deployed_lake, "shapes", "shapes-cvae")
     assert client.get("/aigc/api/runs", headers=headers).json() == catalog.runs()
     assert client.get(f"/aigc/api/dates/{DATE}", headers=headers).json() == catalog.day(DATE)
     assert client.get("/aigc/api/dates/2026-13-01", headers=headers).status_code == 400
@@ -304,9 +304,9 @@ def test_a_date_whose_gate_5_lacked_evidence_says_so_apart_from_failed(deployed_
 
 def test_the_view_shows_the_deployments_default_workload(monkeypatch):
     """AIGC_DEFAULT_WORKLOAD=text: the view reads the text workload's partitions (logs, logs-gpt)."""
-    import aigc_airflow.params
     from aigc_airflow.view.app import _names
 
-    assert _names(None, None) == ("shapes", "shapes-cvae")
-    monkeypatch.setattr(aigc_airflow.params, "DEFAULT_WORKLOAD", "text")
+    monkeypatch.delenv("AIGC_DEFAULT_WORKLOAD", raising=False)
+    assert _names(None, None) == ("shapes", "shapes-cvae")  # none named: the first allowed, the image demo
+    monkeypatch.setenv("AIGC_DEFAULT_WORKLOAD", "text")
     assert _names(None, None) == ("logs", "logs-gpt") and _names("mine", None) == ("mine", "logs-gpt")

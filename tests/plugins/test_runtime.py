@@ -199,7 +199,12 @@ def test_the_operators_limits_come_from_airflow_cfg_before_the_environment(tmp_p
     monkeypatch.setenv("AIRFLOW__AIGC__MAX_NNODES", "2")  # what `[aigc] max_nnodes = 2` in airflow.cfg sets
     monkeypatch.setenv("AIRFLOW__AIGC__ALLOWED_WORKLOADS", "text")
     policy = access_policy()
-    assert policy.bounds["nnodes"] == 2 and policy.workloads == ("text", "image")  # image: the default workload
+    assert policy.bounds["nnodes"] == 2 and policy.workloads == ("text",)
+    from aigc_airflow.params import default_workload
+
+    assert default_workload(policy) == "text"  # no default named: the form proposes the first allowed one
+    monkeypatch.setenv("AIRFLOW__AIGC__DEFAULT_WORKLOAD", "image")
+    assert access_policy().workloads == ("text", "image") and default_workload() == "image"
 
 
 def test_an_event_no_aigc_task_published_may_not_name_a_model_version_or_a_run(tmp_path, monkeypatch):

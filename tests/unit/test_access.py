@@ -57,8 +57,8 @@ def test_a_workload_must_be_built_in_the_default_or_listed(tmp_path):
     check_request({"workload": "pkg.mod:W"}, listed)
     with pytest.raises(Refused):
         check_request({"workload": "image"}, listed)
-    # With no default named, the configuration's default workload (image) is the form's default: always allowed.
-    assert policy(tmp_path, AIGC_ALLOWED_WORKLOADS="text").workloads == ("text", "image")
+    # With no default named, the list is all there is (the form proposes its first: aigc_airflow.params).
+    assert policy(tmp_path, AIGC_ALLOWED_WORKLOADS="text").workloads == ("text",)
 
 
 def test_resource_fields_are_bounded_by_the_deployment_and_the_message_names_the_setting(tmp_path):

@@ -54,7 +54,7 @@ def test_the_catalogs_names_are_the_ones_the_stages_write():
 
 def test_the_whole_pipelines_date_as_people_read_it(deployed_lake):
     done = publish_everything(deployed_lake)
-    catalog = Catalog(deployed_lake)
+    catalog = Catalog(deployed_lake, "shapes", "shapes-cvae")
     assert catalog.dates() == [DATE]  # evaluations/<model>/labels/ and the like are not dates
 
     (runs,) = catalog.runs()
@@ -96,7 +96,7 @@ def test_the_whole_pipelines_date_as_people_read_it(deployed_lake):
 
 
 def test_a_curated_only_lake_on_each_backend(lake):
-    catalog = Catalog(lake)
+    catalog = Catalog(lake, "shapes", "shapes-cvae")
     assert catalog.dates() == [] and catalog.runs() == [] and catalog.latest_evaluation() is None
     assert catalog.registry() == {"model": "shapes-cvae", "aliases": {}, "history": [], "versions": []}
     summary = publish_day(lake, DATE, n=200)

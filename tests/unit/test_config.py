@@ -240,7 +240,7 @@ def test_a_workloads_own_settings_are_typed_merged_and_checked_by_its_class():
                                          r"`aigc` commands that take it with --workload text, the trigger form's "
                                          r"'settings' field"):
         demo.override({"workload": {"settings": {"layers": 0}}})
-    with pytest.raises(ValueError, match="holds no settings of workload 'image' to change with \\['context'\\]"):
+    with pytest.raises(ValueError, match="holds no settings of workload None to change with \\['context'\\]"):
         preset("demo").override({"workload": {"settings": {"context": 2048}}})
     assert PipelineConfig().override({"workload": {"settings": {}}}).workload.settings is None
 

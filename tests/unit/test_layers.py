@@ -123,6 +123,25 @@ def test_the_core_names_no_workload_in_code():
     assert offences == []
 
 
+def test_the_cores_defaults_name_no_workload_its_data_or_its_model():
+    """A configuration of no workload names none, nor the image workload's dataset and model: a preset names them
+    after the workload it is built for; where none is given, the deployment's default is resolved by the resolvers
+    (``aigc.workloads.registry.default_workload``), not by a default in the core's configuration."""
+    from aigc.config import PipelineConfig
+    from aigc.workloads.image import DATASET, MODEL
+    from aigc.workloads.text import TEXT
+
+    cfg = PipelineConfig()
+    named = {DATASET, MODEL, "image", "text", TEXT.name}
+    assert cfg.workload.name is None
+    assert {cfg.raw.source, cfg.prepare.dataset, cfg.model.name} & named == set()
+    # Nor does any string in the core outside the table of built-in workloads (config/workload.py's BUILT_IN).
+    literals = [f"{name}:{node.lineno} {node.value!r}" for name in CORE
+                for node in ast.walk(ast.parse(MODULES[name].read_text()))
+                if isinstance(node, ast.Constant) and node.value in {DATASET, MODEL}]
+    assert literals == []
+
+
 def test_nothing_on_the_airflow_side_imports_a_named_workload():
     """The DAGs and the plugin are workload-neutral: they reach workloads through the stages and the registry."""
     offences = []

@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlsplit
 
 from aigc.config import PRESETS
 from aigc.config.form import BY_PARAM, SETTINGS, FormField
-from aigc.config.workload import BUILT_IN, NAME_PATTERN, WorkloadConfig
+from aigc.config.workload import BUILT_IN, NAME_PATTERN
 
 ROOTS, WORKLOADS = "AIGC_ALLOWED_ROOTS", "AIGC_ALLOWED_WORKLOADS"
 DEFAULT_WORKLOAD = "AIGC_DEFAULT_WORKLOAD"
@@ -79,7 +79,7 @@ class AccessPolicy:
         except Refused as e:
             raise ValueError(f"{ROOTS}: {e}") from None
         # The deployment's default workload is the operator's choice too: the form proposes it.
-        default_workload = _listed(setting(DEFAULT_WORKLOAD)) or [WorkloadConfig.name]
+        default_workload = _listed(setting(DEFAULT_WORKLOAD))
         workloads = tuple(dict.fromkeys([*(_listed(setting(WORKLOADS)) or BUILT_IN), *default_workload]))
         bad = [w for w in workloads if not re.match(NAME_PATTERN, w)]
         if bad:

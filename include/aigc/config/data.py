@@ -25,9 +25,9 @@ class RawDropConfig:
     """Everything in the drop is a function of the seed (and the date)."""
     dirt_rate: float = 0.12
     """Fraction of records that carry one kind of dirt (spread over every kind)."""
-    source: str = "shapes"
+    source: str = "records"
     """Producer name: the drop lands under ``raw/<source>/dt=<date>/``. A preset names it after the workload unless
-    the workload names it (the default, the image workload's, is ``shapes``)."""
+    the workload names it (``Workload.config_overrides``); ``records`` only in a configuration of no workload."""
     records_per_file: int = 5_000
     """JSONL records per file, as producers roll their files."""
 
@@ -44,7 +44,7 @@ class RawDropConfig:
 class PrepareConfig:
     """Stage 1: decode, verify, normalise, filter, deduplicate and shard a raw drop."""
 
-    dataset: str = "shapes"
+    dataset: str = "records"
     """Curated dataset name: output under ``curated/<dataset>/dt=<date>/``; named like ``RawDropConfig.source``."""
     blocklist: str | None = None
     """A file of blocked terms, one per line; None uses the list shipped in the package."""

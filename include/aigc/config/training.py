@@ -11,10 +11,10 @@ from aigc.config._checks import _check_range
 class ModelConfig:
     """The model stage 2 trains (its shape is the workload's: ``cfg.workload.settings``)."""
 
-    name: str = "shapes-cvae"
+    name: str = "model"
     """Model name: training output under ``training/<name>/``, registry under ``models/<name>/``. A preset names it
-    after the workload unless the workload names it (the default, the image workload's, is ``shapes-cvae``): two
-    workloads never share a registry by accident."""
+    after the workload unless the workload names it (``Workload.config_overrides``): two workloads never share a
+    registry by accident."""
 
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -131,7 +131,10 @@ class TrainingGateThresholds:
     """Final / initial validation loss: training must have learned something."""
     max_imbalance: float = 0.05
     """The slowest rank's measured work over the run, max / mean − 1 of the ranks' busy seconds (train/timing.py).
-    A run fails only when the 95% lower bound of that figure is above this, so timing noise fails no good run."""
+    It passes on evidence: only when the upper end of the figure's one-sided 95% interval is within this (a run as
+    unbalanced as this passes with probability at most 5%); the lower end above it fails the run, and an interval
+    across it is "not enough evidence" (a longer run, more ``steps``, measures it more closely), which does not pass:
+    a short run on a noisy host needs a wider maximum (the smoke preset's 25%)."""
     max_flagged_steps: int = 0
     """Health checks in which some rank's local gradient norm exceeded health_k × the median."""
     max_skipped_fraction: float = 0.5

@@ -15,14 +15,16 @@ parse time name them without importing one)."""
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    name: str = "image"
-    """``image`` (built in), an entry point of the ``aigc.workloads`` group, or ``package.module:ATTRIBUTE``."""
+    name: str | None = None
+    """A built-in workload (``BUILT_IN``), an entry point of the ``aigc.workloads`` group, or
+    ``package.module:ATTRIBUTE``. None: the deployment's default, which the core does not choose
+    (``aigc.workloads.registry.default_workload``: ``AIGC_DEFAULT_WORKLOAD``, else the built-in demo's)."""
     settings: Any = None
     """The workload's own settings: an instance of its ``settings_class`` (a frozen dataclass that checks its
     fields), set by the preset for that workload; None for a workload without settings."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not re.match(NAME_PATTERN, self.name):
+        if self.name is not None and (not isinstance(self.name, str) or not re.match(NAME_PATTERN, self.name)):
             from aigc.config._checks import _where
 
             raise ValueError(f"WorkloadConfig.name must be a workload name (image, an entry point's name) or "

@@ -90,7 +90,7 @@ def main() -> int:
     ap.add_argument("--date", required=True)
     ap.add_argument("--log", type=Path, required=True, help="the full task log")
     ap.add_argument("--preset", default="demo")
-    ap.add_argument("--workload", default="image", help="image (default) or text, or any workload's name")
+    ap.add_argument("--workload", required=True, help="image or text (the Makefile's WORKLOAD), or any workload's name")
     args = ap.parse_args()
     env = dict(os.environ)
     code = run_dag_test(args.date, {"preset": args.preset, "workload": args.workload}, env, args.log)

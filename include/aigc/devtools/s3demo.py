@@ -19,7 +19,7 @@ from aigc.devtools.s3server import local_s3
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--date", required=True)
-    ap.add_argument("--workload", default="image", help="image (default) or text, or any workload's name")
+    ap.add_argument("--workload", required=True, help="image or text (the Makefile's WORKLOAD), or any workload's name")
     args = ap.parse_args()
     with local_s3() as s3:
         env = {**os.environ, **s3.env(), "AIGC_LAKE_URI": f"s3://{s3.bucket}/lake"}

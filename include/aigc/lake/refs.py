@@ -5,7 +5,7 @@ it and the generation run that evaluation scored; an evaluation names the genera
 such name is a small object, a *reference*, under the run it names:
 
     refs/<partition>/run=<run_id>/<holder>.json
-    e.g. refs/curated/shapes/dt=2026-11-28/run=…/models+shapes-cvae+v0003.json
+    e.g. refs/curated/<dataset>/dt=2026-11-28/run=…/models+<model>+v0003.json
 
 ``publish``'s garbage collection deletes a superseded or stale run only when no reference to it is left. A
 holder that is itself a run (an evaluation) lists what it holds in ``<its run>/_REFS.json``; when that run is

@@ -59,7 +59,7 @@ def curated_run(dataset: str, date: str | dt.date, run_id: str) -> str:
 def quarantine_row(origin: Origin, why: Rejected, attachment: bytes | None) -> dict:
     return {"id": origin.record_id, "reason": why.reason, "detail": why.detail, "raw_file": origin.file,
             "raw_line": origin.line_no, "raw": bytes(origin.raw),  # a LongLine's head, not the line
-            "image_key": origin.attachment_key, "image": attachment}
+            "attachment_key": origin.attachment_key, "attachment": attachment}
 
 
 class Curator:

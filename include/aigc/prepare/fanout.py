@@ -202,5 +202,5 @@ def _rows(batches: Iterator[dict[str, list]]) -> Iterator[dict]:
 
 
 def _reject(curator: Curator, row: dict) -> None:
-    origin = Origin(row["raw_file"], row["raw_line"], row["raw"], row["id"], row["image_key"])
-    curator.reject(origin, Rejected(row["reason"], row["detail"]), row["image"])
+    origin = Origin(row["raw_file"], row["raw_line"], row["raw"], row["id"], row["attachment_key"])
+    curator.reject(origin, Rejected(row["reason"], row["detail"]), row["attachment"])

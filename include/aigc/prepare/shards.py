@@ -14,7 +14,7 @@ from aigc.lake.keys import join
 QUARANTINE_SCHEMA = pa.schema([
     ("id", pa.string()), ("reason", pa.string()), ("detail", pa.string()),
     ("raw_file", pa.string()), ("raw_line", pa.int64()), ("raw", pa.binary()),
-    ("image_key", pa.string()), ("image", pa.binary()),
+    ("attachment_key", pa.string()), ("attachment", pa.binary()),
 ])
 
 

@@ -85,10 +85,11 @@ def measured_imbalance(busy: list[list[float]] | np.ndarray, z: float = 1.645) -
     - ``imbalance``: the slowest rank over the run, max_r(Σ_s busy_r) / mean_r(Σ_s busy_r) − 1: a rank that is
       slower step after step (a slow host, a skewed split). Jitter averages out of it.
     - ``imbalance_low``/``imbalance_high``: its one-sided confidence bounds at the normal quantile ``z`` (a ratio
-      estimator, delta method, Student's t): a gate fails only a run whose lower bound is above its limit, so a
-      balanced run on a noisy host does not fail by chance. The steps are taken in ``batches`` of consecutive
-      steps (batch means, about √steps of them): a neighbour that slows one rank for a few seconds slows a run of
-      steps together, and steps taken one by one would pass those for independent evidence.
+      estimator, delta method, Student's t): gate 2 passes a run only when the upper bound is within its limit
+      and fails it when the lower bound is above (``aigc.quality.training.imbalance_outcome``). The steps are
+      taken in ``batches`` of consecutive steps (batch means, about √steps of them): a neighbour that slows one
+      rank for a few seconds slows a run of steps together, and steps taken one by one would pass those for
+      independent evidence.
     """
     b = np.asarray(busy, dtype=np.float64)
     if b.ndim != 2 or not len(b) or b.shape[1] < 2:

@@ -13,6 +13,7 @@ module's folder on PYTHONPATH) must be importable wherever the stages run.
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from functools import cache
 from importlib.metadata import entry_points
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from aigc.config import PipelineConfig
 
 ENTRY_POINT_GROUP = "aigc.workloads"
+DEFAULT_SETTING = "AIGC_DEFAULT_WORKLOAD"
+DEMO = "image"
+"""The workload that runs when neither the command, the trigger nor the deployment (``AIGC_DEFAULT_WORKLOAD``) names
+one: the image demo, which needs nothing but this package."""
 _PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -73,6 +78,12 @@ def _resolve(name: str, target: str) -> Workload:
     return obj
 
 
+def default_workload() -> str:
+    """The name of the workload to run when none is given: the deployment's ``AIGC_DEFAULT_WORKLOAD`` (the Airflow
+    glue also reads ``[aigc] default_workload``), else ``DEMO``."""
+    return os.environ.get(DEFAULT_SETTING) or DEMO
+
+
 def workload_of(cfg: PipelineConfig) -> Workload:
-    """The workload a configuration runs."""
-    return load_workload(cfg.workload.name)
+    """The workload a configuration runs (its name, else the default)."""
+    return load_workload(cfg.workload.name or default_workload())

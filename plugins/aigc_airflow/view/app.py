@@ -50,9 +50,9 @@ def _names(dataset: str | None, model: str | None) -> tuple[str, str]:
     """The dataset and model the view shows: those given, else the deployment's default workload's
     (``AIGC_DEFAULT_WORKLOAD``: the text workload's logs and logs-gpt, the image workload's shapes and shapes-cvae)."""
     from aigc.stages import configure
-    from aigc_airflow.params import DEFAULT_WORKLOAD
+    from aigc_airflow.params import default_workload
 
-    cfg = configure("default", DEFAULT_WORKLOAD)
+    cfg = configure("default", default_workload())
     return dataset or cfg.prepare.dataset, model or cfg.model.name
 
 

@@ -89,7 +89,7 @@ def test_a_drop_of_poison_and_a_linked_image_is_prepared_and_nothing_outside_the
     for row in quarantine:
         by_reason.setdefault(row["reason"], []).append(row)
     linked = by_reason["image_key_invalid"][0]
-    assert "symbolic link" in linked["detail"] and linked["image"] is None and linked["id"] == "linked"
+    assert "symbolic link" in linked["detail"] and linked["attachment"] is None and linked["id"] == "linked"
     long = next(r for r in by_reason["record_too_large"] if "max_line_bytes" in r["detail"])
     assert len(long["raw"]) == LongLine.HEAD  # the head, not the 3 MiB line
     _assert_nowhere_in(lake, secret)

@@ -63,7 +63,7 @@ def test_quarantine_keeps_every_rejected_record_with_reason_and_raw_bytes(lake, 
     by_reason = {r["reason"]: r for r in q}
     assert "max_caption_chars=512" in by_reason["caption_too_long"]["detail"]
     assert "max_image_pixels" in by_reason["image_too_large"]["detail"]
-    assert by_reason["image_undecodable"]["image"]  # the bad bytes are kept, not just the verdict
+    assert by_reason["image_undecodable"]["attachment"]  # the bad bytes are kept (the attachment), not just the verdict
     assert json.loads(by_reason["blocked_term"]["raw"])["caption"]
 
 

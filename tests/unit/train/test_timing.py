@@ -187,6 +187,7 @@ def test_gate_2_fails_a_run_whose_rank_1_was_slow_and_names_it(tmp_path):
     with pytest.raises(GateFailed, match=r"rank 1 worked 1\d\.\d% longer than the ranks' mean over 29 steps"):
         validate_training(lake, MODEL, DATE, RUN, TrainingGateThresholds())
     assert validate_training(lake, MODEL, DATE, RUN, TrainingGateThresholds(max_imbalance=0.5))["success"]
-    lake = open_lake(str(tmp_path / "short"))  # two timed steps: no interval, nothing the gate can hold against it
-    finished_run(lake, rows_with_busy(1.3, n=3))
-    assert validate_training(lake, MODEL, DATE, RUN, TrainingGateThresholds())["success"]
+    lake = open_lake(str(tmp_path / "short"))  # two timed steps: no interval, so no evidence of balance either
+    finished_run(lake, rows_with_busy(1.0, n=3))
+    with pytest.raises(GateFailed, match="not enough evidence that the ranks are balanced"):
+        validate_training(lake, MODEL, DATE, RUN, TrainingGateThresholds())

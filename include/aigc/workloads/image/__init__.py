@@ -8,6 +8,9 @@ import numpy as np
 from aigc.workload import Workload
 from aigc.workloads.image.config import ImageSettings, image_settings
 
+DATASET, MODEL = "shapes", "shapes-cvae"
+"""The image workload's producer and curated dataset, and its model (the presets name them: ``config_overrides``)."""
+
 
 class ImageWorkload(Workload):
     name = "image"
@@ -28,7 +31,7 @@ class ImageWorkload(Workload):
 
     def config_overrides(self, preset):
         # Every variant kind, and stage 4 on INT8 (gate 3 and the Pareto grid say whether it is good enough).
-        changes = {"raw": {"source": "shapes"}, "prepare": {"dataset": "shapes"}, "model": {"name": "shapes-cvae"},
+        changes = {"raw": {"source": DATASET}, "prepare": {"dataset": DATASET}, "model": {"name": MODEL},
                    "deploy": {"variants": ",".join(self.variant_kinds)}, "generate": {"variant": "int8"}}
         if preset == "smoke":  # a deployment check: fewer reference renderings, and the distribution bar is off
             # and the checker's bar is one a smoke day's few real images can show (0.97 needs 100 read without a miss)
@@ -131,9 +134,15 @@ def sample_cost(pixels: np.ndarray, tokens: np.ndarray, *, token_weight: float =
 
 def prepare_image(raw, lake, date, cfg, *, settings: ImageSettings | None = None, run_id: str | None = None) -> dict:
     """Stage 1 of the image workload on this host (``aigc.prepare.prepare`` with its record rules, ``settings`` or
-    their defaults): what tests, benches and notebooks call where the pipeline would choose the workload by name."""
+    their defaults): what tests, benches and notebooks call where the pipeline would choose the workload by name.
+    The curated dataset is the workload's (``DATASET``, as its presets name it) unless ``cfg`` names another."""
+    import dataclasses
+
+    from aigc.config import PrepareConfig
     from aigc.prepare import prepare
     from aigc.workloads.image.records import ImageRecordRules
 
     rules = ImageRecordRules(settings or ImageSettings())
+    if cfg.dataset == PrepareConfig.dataset:  # the core's name for no workload's data
+        cfg = dataclasses.replace(cfg, dataset=DATASET)
     return prepare(raw, lake, date, cfg, rules=rules, workload=IMAGE.name, run_id=run_id)
