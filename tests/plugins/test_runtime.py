@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from types import SimpleNamespace
 
+import pytest
 from airflow.sdk import Asset
 
 from aigc_airflow.runtime import annotate_outlets, newest_event, partition_date, run_params, starts_the_chain
@@ -235,3 +236,22 @@ def test_a_forms_workload_settings_reach_the_config_and_a_bad_one_fails_the_run_
     wrong = context(run_type="manual", params={"preset": "demo", "workload": "image", "settings": {"context": 8}})
     with pytest.raises(AirflowFailException, match=r"unknown setting\(s\) \['context'\] of workload 'image'"):
         run_params(wrong)  # another workload's setting
+
+
+def test_the_nightly_schedule_is_the_operators_daily_cron_or_none(monkeypatch):
+    """AIGC_NIGHTLY_CRON: once a day at the time the operator sets (each run one date), or no schedule at all; a cron
+    that fires more often or less than daily would curate a date twice or skip one, and is refused by name."""
+    from aigc_airflow.runtime import nightly_schedule
+
+    monkeypatch.delenv("AIGC_NIGHTLY_CRON", raising=False)
+    assert nightly_schedule().expression == "0 0 * * *" and str(nightly_schedule().timezone) == "UTC"
+    monkeypatch.setenv("AIGC_NIGHTLY_CRON", "30  3 * * *")
+    assert nightly_schedule().expression == "30 3 * * *"
+    monkeypatch.setenv("AIGC_NIGHTLY_CRON", "none")
+    assert nightly_schedule() is None
+    for bad in ("*/5 * * * *", "0 0 * * 1", "0 24 * * *", "midnight"):
+        monkeypatch.setenv("AIGC_NIGHTLY_CRON", bad)
+        with pytest.raises(ValueError, match=r"AIGC_NIGHTLY_CRON must be 'M H \* \* \*'"):
+            nightly_schedule()
+    monkeypatch.setenv("AIRFLOW__AIGC__NIGHTLY_CRON", "0 2 * * *")  # airflow.cfg's [aigc] nightly_cron first
+    assert nightly_schedule().expression == "0 2 * * *"
