@@ -88,18 +88,16 @@ _DAILY = re.compile(r"^(\d{1,2}) (\d{1,2}) \* \* \*$")
 def nightly_schedule():
     """aigc_prepare's schedule, the deployment's ``AIGC_NIGHTLY_CRON`` (``[aigc] nightly_cron``): ``M H * * *``, once a
     day at H:M UTC, each run curating the day its interval starts on (the default, ``0 0 * * *``: day D as soon as
-    it has ended; ``0 3 * * *``: three hours later, for producers whose drops land late); or ``none``: no scheduled
-    runs, for a deployment driven by triggers and backfills only. A cron that fires more or less often than daily
-    would curate one date several times or skip dates, so it is refused, naming the setting."""
+    it has ended; ``0 3 * * *``: three hours later, for producers whose drops land late). A cron that fires more or
+    less often than daily would curate one date several times or skip dates, so it is refused, naming the setting.
+    (There is no "none": a backfill needs a periodic schedule; pause aigc_prepare to stop the nightly runs.)"""
     from airflow.sdk import CronDataIntervalTimetable
 
     cron = " ".join((deployment_setting("AIGC_NIGHTLY_CRON") or NIGHTLY_CRON).split())
-    if cron.lower() == "none":
-        return None
     daily = _DAILY.match(cron)
     if not daily or int(daily.group(1)) > 59 or int(daily.group(2)) > 23:
-        raise ValueError(f"AIGC_NIGHTLY_CRON must be 'M H * * *' (once a day at H:M UTC, e.g. {NIGHTLY_CRON!r}) or "
-                         f"'none', got {cron!r}")
+        raise ValueError(f"AIGC_NIGHTLY_CRON must be 'M H * * *' (once a day at H:M UTC, e.g. {NIGHTLY_CRON!r}), "
+                         f"got {cron!r}")
     return CronDataIntervalTimetable(cron, timezone="UTC")
 
 
