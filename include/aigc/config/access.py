@@ -32,10 +32,10 @@ from urllib.parse import unquote, urlsplit
 
 from aigc.config import PRESETS
 from aigc.config.form import BY_PARAM, SETTINGS, FormField
-from aigc.config.workload import BUILT_IN, NAME_PATTERN
+from aigc.config.workload import BUILT_IN, DEFAULT_SETTING, NAME_PATTERN
 
 ROOTS, WORKLOADS = "AIGC_ALLOWED_ROOTS", "AIGC_ALLOWED_WORKLOADS"
-DEFAULT_WORKLOAD = "AIGC_DEFAULT_WORKLOAD"
+DEFAULT_WORKLOAD = DEFAULT_SETTING
 URI_FIELDS = ("raw_uri", "prompts_uri")
 DEFAULT_BOUNDS: Mapping[str, int] = {
     "n_records": 1_000_000, "prepare_parts": 64, "train_steps": 100_000, "window_days": 92, "nproc": 8,

@@ -8,6 +8,9 @@ from typing import Any
 
 NAME_PATTERN = r"^[A-Za-z_][\w.-]*(:[A-Za-z_]\w*)?$"
 """A plain name, or ``package.module:ATTRIBUTE`` (the trigger form checks the same pattern)."""
+DEFAULT_SETTING = "AIGC_DEFAULT_WORKLOAD"
+"""The deployment setting that names the workload to run when none is named (read by the access policy, the trigger
+form and ``aigc.workloads.registry.default_workload``)."""
 BUILT_IN = {"image": "aigc.workloads.image:IMAGE", "text": "aigc.workloads.text:TEXT"}
 """The built-in workloads and where they live (here, not in aigc.workloads, so the access checks that run at DAG
 parse time name them without importing one)."""

@@ -19,14 +19,13 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
-from aigc.config.workload import BUILT_IN
+from aigc.config.workload import BUILT_IN, DEFAULT_SETTING
 from aigc.workload import Workload
 
 if TYPE_CHECKING:
     from aigc.config import PipelineConfig
 
 ENTRY_POINT_GROUP = "aigc.workloads"
-DEFAULT_SETTING = "AIGC_DEFAULT_WORKLOAD"
 DEMO = "image"
 """The workload that runs when neither the command, the trigger nor the deployment (``AIGC_DEFAULT_WORKLOAD``) names
 one: the image demo, which needs nothing but this package."""
