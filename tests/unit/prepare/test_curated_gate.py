@@ -43,3 +43,7 @@ def test_a_duplicate_split_across_shards_fails_the_gate_and_each_shard_is_its_ow
         validate_curated(lake, "shapes", DATE, run, thresholds, CFG, IMAGE.records(None))
     assert len(failed.value.failures) == 1 and "partition: expect_column_values_to_be_between(column=" \
         "'duplicate_ids'" in failed.value.failures[0]
+    # The Data Docs, rendered once at the end of the gate, still hold a page for every table's validation.
+    docs = [k for k in lake.list(f"quality/curated/dt={DATE}/run={run}/data_docs/validations") if k.endswith(".html")]
+    pages = {k.split("/validations/curated/", 1)[1].split("/__none__/")[0].replace("/", ".") for k in docs}
+    assert pages == set(passed["tables"]), (pages, docs[:3])
