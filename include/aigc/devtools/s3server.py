@@ -1,8 +1,11 @@
-"""A real S3 HTTP endpoint on loopback (moto's server mode), for tests and ``make demo-s3``.
+"""A real S3 HTTP endpoint on loopback (moto's S3 service over HTTP), for tests and ``make demo-s3``.
 
-No MinIO binary or Docker engine runs on the development machines; moto's server speaks the
-S3 REST API over HTTP, so boto3, pyarrow's C++ client and Airflow's hooks all talk to it as
-they would to MinIO.
+No MinIO binary or Docker engine runs on the development machines; moto speaks the S3 REST API
+over HTTP, so boto3, pyarrow's C++ client and Airflow's hooks all talk to it as they would to
+MinIO. ``python -m aigc.devtools.s3server PORT`` serves moto's S3 application, and its STS one for
+the role the lake may assume: moto's own server (``python -m moto.server``) works out which of its
+services each request is for, scanning its package folder every time, which took about half of
+each request here (a PUT 8.2 → 3.8 ms, a GET 5.0 → 3.0 ms with the applications called directly).
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def local_s3(bucket: str = "aigc-lake") -> Iterator[LocalS3]:
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "aigc.devtools.s3server", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -83,3 +86,24 @@ def local_s3(bucket: str = "aigc-lake") -> Iterator[LocalS3]:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def serve(port: int) -> None:
+    """moto's S3 and STS applications on 127.0.0.1:``port``, one thread a request, until the process is stopped.
+
+    STS speaks AWS's query protocol (a form POSTed to ``/``); S3 never POSTs to the root (its POSTs name a bucket)."""
+    from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
+    from werkzeug.serving import run_simple
+
+    s3, sts = create_backend_app("s3"), create_backend_app("sts")
+
+    def app(environ, start_response):
+        form = environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded")
+        to_sts = environ["REQUEST_METHOD"] == "POST" and environ.get("PATH_INFO", "/") == "/" and form
+        return (sts if to_sts else s3)(environ, start_response)
+
+    run_simple("127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
