@@ -8,7 +8,9 @@ and an empty Redis database, and drops and empties them afterwards.
 Dates are backfilled with aigc_prepare alone: it curates each date and trains nothing (the stage DAGs are
 unpaused from the start, so the backfill's asset events do reach aigc_train, which skips them). Then one
 all-stages run trains on the backfilled window. aigc_prepare also gets its nightly run of yesterday as the
-deployment starts, whose chain runs here too, on the same workers.
+deployment starts: with the default preset, as a deployment runs it, it waits for a producer's drop that
+never comes here, in reschedule mode (holding no worker between pokes). The nightly chain itself runs on
+the LocalExecutor stack (test_local_stack.py); here it would be a second whole pipeline on the same two cores.
 
 Backfills are tested here, on PostgreSQL: on SQLite, Airflow 3.3 creates a backfill's runs one
 savepoint (one commit) at a time, and when another component holds the write lock it deletes the
@@ -28,6 +30,7 @@ import pytest
 from aigc.cli import main
 from aigc.lake import open_lake
 from aigc.lake.keys import partition
+from aigc.lake.lease import date_lease
 from aigc.lake.publish import NotPublished, resolve
 from aigc.registry import Registry
 from tests.e2e.stack import (
@@ -77,6 +80,7 @@ def celery_stack(tmp_path_factory):
                 "AIRFLOW__CELERY__BROKER_URL": f"{REDIS}/{redis_db}",
                 "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + db_url,
                 "AIGC_GPU_QUEUE": "gpu",
+                "AIGC_DEFAULT_PRESET": "default",  # the nightly run waits for its producer (the module's docstring)
             },
         )
         try:
@@ -154,8 +158,7 @@ def test_a_backfill_of_aigc_prepare_curates_each_date_and_trains_nothing(celery_
             f"curated/shapes/dt={d}/run={first[d]}/_manifest.json"]
         with pytest.raises(NotPublished):
             resolve(lake, partition("training", "shapes-cvae", d))
-    # The backfill's events reached aigc_train, which ran and skipped: no model for those dates. (aigc_prepare
-    # also made its nightly run of yesterday, whose chain trains a model for that day.)
+    # The backfill's events reached aigc_train, which ran and skipped: no model for those dates.
     backfill_run_ids = {r["dag_run_id"] for r in backfilled.values()}
 
     def started_by_the_backfill() -> list[dict]:
@@ -202,9 +205,13 @@ def test_training_after_the_backfill_uses_its_window_with_gpu_tasks_on_the_gpu_q
                                   logical_date=f"{DATES[-1]}T00:00:00Z")
     state = celery_stack.wait_for_runs([run_id], timeout=1200)[run_id]
     assert state == "success", f"{run_id} ended {state}; logs in {celery_stack.logs}"
-    # Every run on the stack (the nightly chain of yesterday included) finished: count where each task ran.
+    # Every run on the stack but the nightly one, which waits for its producer, finished: count where each task ran.
+    (nightly,) = [r for r in celery_stack.runs(PREPARE) if r["run_type"] == "scheduled"]
+    waiting = {t["task_id"]: t["state"] for t in celery_stack.task_instances(nightly["dag_run_id"], PREPARE)}
+    assert waiting["wait_for_drop"] in ("up_for_reschedule", "running", "queued", "scheduled"), waiting
     celery_stack.wait_until(lambda: all(r["state"] in ("success", "failed") for d in DAG_IDS
-                                        for r in celery_stack.runs(d)), 1200, "every run to finish", interval=5)
+                                        for r in celery_stack.runs(d) if r["dag_run_id"] != nightly["dag_run_id"]),
+                            1200, "every run to finish", interval=5)
     tis = [t for d in DAG_IDS for r in celery_stack.runs(d) for t in celery_stack.task_instances(r["dag_run_id"], d)
            if t["state"] == "success"]
     assert {t["queue"] for t in tis if t["task_id"] in GPU_TASKS} == {"gpu"}
@@ -223,7 +230,9 @@ def test_training_after_the_backfill_uses_its_window_with_gpu_tasks_on_the_gpu_q
     published = published_runs(lake, DATES[-1])
     summary = lake.get_json(f"training/shapes-cvae/dt={DATES[-1]}/run={published['training']}/_SUMMARY.json")
     assert summary["partitions"] == 3  # the backfilled days and its own
-    assert all(lake.get_json(k)["owner"] is None for k in lake.list("leases"))  # every date given back
+    # Every date given back, but the one the nightly run holds while it waits for its drop.
+    held = {k for k in lake.list("leases") if lake.get_json(k)["owner"] is not None}
+    assert held <= {date_lease(lake, run_date(nightly)).key}, held
 
 
 def test_each_celery_worker_forks_its_tasks_from_a_pool_that_already_imported_pytorch(celery_stack):

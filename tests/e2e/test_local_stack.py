@@ -164,9 +164,19 @@ def test_a_run_triggered_through_the_rest_api_publishes_every_stage_and_says_so_
     assert manifest["input_records"] == 300 == manifest["rows"] + sum(manifest["quarantined"].values())
     generations = extra["aigc_generations"]["generations_uri"].removeprefix(lake.uri.rstrip("/") + "/")
     manifest = lake.get_json(f"{generations}/_MANIFEST.json")
-    assert manifest["generated"] == 24 and manifest["rows"] == manifest["prompts"]
+    assert manifest["generated"] == 24 and manifest["rows"] == manifest["prompts"] == 24 + manifest["refused"]
     assert extra["aigc_generations_for_evaluation"]["run_id"] == manifest["run_id"]
     assert Registry(lake, "shapes-cvae").aliases()["aliases"]["production"]
+    # Stage 4 as two mapped shards on the CPU queue (int8, the smoke preset's variant, serves on the CPU: no shard
+    # took a GPU slot), each prompt answered once by its own id, a gallery beside them.
+    shards = {t["map_index"]: t["state"] for t in local_stack.task_instances(api_run) if t["task_id"] ==
+              "generate_shard_cpu"}
+    assert shards == {0: "success", 1: "success"} and len(manifest["shards"]) == 2, shards
+    assert {t["state"] for t in local_stack.task_instances(api_run) if t["task_id"] == "generate_shard"} == {"skipped"}
+    keys = [k for k in lake.list(generations) if k.rsplit("/", 1)[-1].startswith("shard-")]
+    answered = lake.read_parquet(keys, columns=["prompt_id"]).column("prompt_id").to_pylist()
+    assert len(answered) == len(set(answered)) == manifest["prompts"]
+    assert lake.get_bytes(f"{generations}/gallery.png").startswith(b"\x89PNG")
 
     # The evaluate task's extra link opens its report over HTTP, for signed-in users only.
     links = local_stack.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{api_run}/taskInstances/evaluate/links")

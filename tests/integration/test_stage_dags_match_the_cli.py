@@ -68,15 +68,24 @@ def test_each_stage_publishes_the_same_objects_from_the_cli_and_from_its_dag(air
 def test_the_text_workload_chosen_in_the_form_runs_all_five_stages_on_s3(airflow_env, s3_server):  # noqa: F811
     """The trigger form's ``workload`` reaches every stage: aigc_pipeline (what ``make demo WORKLOAD=text`` runs)
     takes the text workload through gates 1–5 to publication and promotion, on the S3 server (tasks and the
-    torchrun workers reach it through the aws_default connection)."""
+    torchrun workers reach it only through the aws_default connection, as docker-compose gives it: no AWS_*
+    variables), with `make demo`'s console."""
     uri = f"s3://{s3_server.bucket}/text-{uuid.uuid4().hex[:8]}"
     lake = open_lake(uri, s3_server.options())
     env = {**airflow_env, "AIGC_LAKE_URI": uri, "AIRFLOW_CONN_AWS_DEFAULT": s3_server.env()["AIRFLOW_CONN_AWS_DEFAULT"]}
     artifacts = ROOT / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     log = artifacts / f"pipeline-text-{uuid.uuid4().hex[:6]}.log"
-    rc = run_dag_test(DATE, {"preset": "smoke", "workload": "text"}, env, log, out=io.StringIO(), timeout_s=900)
+    console = io.StringIO()
+    rc = run_dag_test(DATE, {"preset": "smoke", "workload": "text"}, env, log, out=console, timeout_s=900)
     assert rc == 0 and "state=failed" not in log.read_text(), log.read_text()[-4000:]
+    # `make demo`'s console: a line as each task starts and ends, training's progress, the gates' verdicts.
+    shown = console.getvalue()
+    for task in ("make_demo_drop", "prepare_part[0]", "merge_parts", "train", "gate_training", "generate_shard[1]",
+                 "evaluate", "publish_content"):
+        assert f"▶ {task}\n" in shown and f"✔ {task} success (" in shown, (task, shown)
+    assert "step 40/40" in shown and "gate evaluation: PASS" in shown
+    assert len(shown.splitlines()) < 120  # the few lines a person watches, not the task log
     state = published(lake)
     for partition in ("curated/logs", "training/logs-gpt", "evaluations/logs-gpt"):
         assert f"{partition}/dt={DATE}/_PUBLISHED.json" in state, partition

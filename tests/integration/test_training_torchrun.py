@@ -78,10 +78,7 @@ def _descendants(proc):
 
 
 def test_sigkill_of_the_launcher_leaves_no_worker_and_the_retry_resumes(curated_lake):
-    steps = ["--nproc", "2", "--steps", "80", "--checkpoint-every", "20", "--eval-every", "40", "--no-gate"]
-    out, uninterrupted = aigc_train(curated_lake.uri, *steps)
-    assert out.returncode == 0, out.stderr[-3000:]
-
+    steps = ["--nproc", "2", "--steps", "40", "--checkpoint-every", "20", "--eval-every", "40", "--no-gate"]
     run_id = new_run_id()
     proc = subprocess.Popen([AIGC, "train", "--lake", curated_lake.uri, "--date", DATE, *TINY, *steps,
                              "--run-id", run_id], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -96,13 +93,12 @@ def test_sigkill_of_the_launcher_leaves_no_worker_and_the_retry_resumes(curated_
 
     out, resumed = aigc_train(curated_lake.uri, *steps, "--run-id", run_id)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert resumed["resumed_from_step"] == 20 and "resuming run" in out.stderr
-    assert resumed["steps"] == uninterrupted["steps"] == 80
-    assert metric_steps(curated_lake, run_id) == metric_steps(curated_lake, uninterrupted["run_id"]) == list(range(81))
+    assert resumed["resumed_from_step"] == 20 and "resuming run" in out.stderr and resumed["steps"] == 40
+    assert metric_steps(curated_lake, run_id) == list(range(41))  # every step once: none lost, none done twice
 
 
 def test_a_killed_worker_fails_the_run_with_a_clear_message_then_the_retry_resumes(curated_lake):
-    steps = ["--nproc", "2", "--steps", "60", "--checkpoint-every", "20", "--eval-every", "60", "--no-gate"]
+    steps = ["--nproc", "2", "--steps", "40", "--checkpoint-every", "20", "--eval-every", "40", "--no-gate"]
     run_id = new_run_id()
     proc = subprocess.Popen([AIGC, "train", "--lake", curated_lake.uri, "--date", DATE, *TINY, *steps,
                              "--run-id", run_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -119,8 +115,8 @@ def test_a_killed_worker_fails_the_run_with_a_clear_message_then_the_retry_resum
 
     out, resumed = aigc_train(curated_lake.uri, *steps, "--run-id", run_id)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert resumed["resumed_from_step"] == 20 and resumed["steps"] == 60
-    assert metric_steps(curated_lake, run_id) == list(range(61))
+    assert resumed["resumed_from_step"] == 20 and resumed["steps"] == 40
+    assert metric_steps(curated_lake, run_id) == list(range(41))
 
 
 @pytest.mark.parametrize("compression", ["fp16", "bf16"])
@@ -135,7 +131,7 @@ def test_gate_2_passes_and_publishes_or_fails_and_publishes_nothing(curated_lake
     from aigc.lake.keys import partition
     from aigc.lake.publish import NotPublished, resolve
 
-    out, summary = aigc_train(curated_lake.uri, "--nproc", "1", "--steps", "40", "--eval-every", "20",
+    out, summary = aigc_train(curated_lake.uri, "--nproc", "1", "--steps", "10", "--eval-every", "10",
                               "--max-final-val-loss", "0.000001")
     assert out.returncode == 1
     assert "final_val_loss" in summary["error"] and "quality gate 'training' failed" in summary["error"]

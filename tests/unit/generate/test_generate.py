@@ -147,15 +147,18 @@ def test_a_dropped_prompt_file_wins_over_the_demo_set(deployed_lake):
 
 
 
-def test_the_plan_sends_a_variant_that_serves_on_the_cpu_to_the_cpu_queue(deployed_lake, demo_model_template):
+def test_the_plan_sends_a_variant_that_serves_on_the_cpu_to_the_cpu_queue(deployed_lake):
     """int8 (ONNX Runtime) built where there is no CUDA provider serves on the CPU: its shards go to the CPU queue.
     Torch variants take a GPU wherever the worker has one."""
-    from aigc.lake import LocalLake
+    from aigc.config import DeployConfig
     from aigc.registry import Registry
+    from aigc.workloads.image.variants import build_variants
 
     plan = gen_run.plan_generation(deployed_lake, DATE, config(variant="fp32"), IMAGE, demo_prompts=True)
     assert plan["serves_on"] == "gpu"
-    record = Registry(LocalLake(demo_model_template), "shapes-cvae").get("v0001")  # every variant built
+    build_variants(deployed_lake, "shapes-cvae", "v0001",
+                   DeployConfig(variants="fp32,int8", smoke_prompts=4, latency_batch=4, latency_repeats=1))
+    record = Registry(deployed_lake, "shapes-cvae").get("v0001")
     assert {k: v["device"] for k, v in record["variants"].items() if k in ("fp32", "int8")} == \
         {"fp32": "cpu", "int8": "cpu"}  # this machine has no GPU: gate 3 timed both on the CPU
     assert (gen_run.serves_on("int8", record), gen_run.serves_on("fp32", record)) == ("cpu", "gpu")
