@@ -39,20 +39,31 @@ def site(tmp_path_factory) -> Path:
     return target
 
 
-def aigc(site: Path, *args: str) -> tuple[int, dict, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "aigc.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
-    return done.returncode, json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+@pytest.fixture
+def aigc(site: Path, monkeypatch, capsys):
+    """``aigc(*args)`` → (exit code, the JSON line, stderr): the CLI in this process with the package's folder on
+    the path, as an installed package is (entry points are read from sys.path when a workload is looked up), and
+    on PYTHONPATH for the processes it starts (torchrun's workers). In-process: a Python start with PyTorch is
+    seconds of CPU, and the test makes ten calls."""
+    from aigc.cli import main
+
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+
+    def run(*args: str) -> tuple[int, dict, str]:
+        rc = main(list(args))
+        out, err = capsys.readouterr()
+        return rc, json.loads(out.strip().splitlines()[-1]), err
+    return run
 
 
-def test_an_installed_workload_runs_through_the_five_stages_of_the_core(site, tmp_path):
+def test_an_installed_workload_runs_through_the_five_stages_of_the_core(aigc, tmp_path):
     lake = LocalLake(tmp_path / "lake")
     days = [(dt.date.fromisoformat(DATE) - dt.timedelta(days=back)).isoformat() for back in (1, 0)]
     for day in days:  # two days of the training window: the workload's synthetic drop, then stage 1 and gate 1
-        rc, out, err = aigc(site, "make-raw", "--workload", "tiny-sum", "--lake", lake.uri, "--date", day)
+        rc, out, err = aigc("make-raw", "--workload", "tiny-sum", "--lake", lake.uri, "--date", day)
         assert rc == 0 and out["records"] == 600, err[-3000:]  # the workload's preset: raw.n
-        rc, out, err = aigc(site, "prepare", "--workload", "tiny-sum", "--drop", "synthetic", "--lake", lake.uri,
+        rc, out, err = aigc("prepare", "--workload", "tiny-sum", "--drop", "synthetic", "--lake", lake.uri,
                             "--date", day)
         assert rc == 0 and out["published"], err[-3000:]
         assert out["input"] == 600 == out["curated"] + out["quarantined"]
@@ -67,10 +78,10 @@ def test_an_installed_workload_runs_through_the_five_stages_of_the_core(site, tm
                                      "_manifest.json"))["rows"] for d in days)
 
     # Its own setting, as a flag of its own: checked by its settings class before anything runs.
-    rc, out, err = aigc(site, "train", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE, "--hidden", "0")
+    rc, out, err = aigc("train", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE, "--hidden", "0")
     assert rc == 1 and "TinySumSettings.hidden must be in [1, 1024], got 0 (set with --hidden on the `aigc` " \
         "commands that take it with --workload tiny-sum" in out["error"], out
-    rc, out, err = aigc(site, "train", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE,
+    rc, out, err = aigc("train", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE,
                         "--nproc", "2", "--threads", "1", "--hidden", "24")
     assert rc == 0, err[-3000:]
     assert out["workload"] == "tiny-sum" and out["model"] == "tiny-sum-mlp" and out["world_size"] == 2
@@ -84,15 +95,15 @@ def test_an_installed_workload_runs_through_the_five_stages_of_the_core(site, tm
     assert list(metrics.columns[:4]) == ["step", "epoch", "loss", "mae"]  # the workload's loss part, logged
     assert metrics["mae"].iloc[-1] < metrics["mae"].iloc[1]
 
-    rc, out, err = aigc(site, "deploy", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE)
+    rc, out, err = aigc("deploy", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE)
     assert rc == 0 and out["version"] == "v0001" and "fp32" in out["eligible_variants"], err[-3000:]
     # Its own comparison with fp32: bf16's rounding shows, within the workload's own bound (variant_checks).
     assert 0 < out["variants"]["bf16"]["max_abs_diff_vs_fp32"] <= 0.1 and "bf16" in out["eligible_variants"]
-    rc, out, err = aigc(site, "generate", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE,
+    rc, out, err = aigc("generate", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE,
                         "--demo-prompts")
     assert rc == 0 and out["rows"] == 41 and out["generated"] == 40 and out["refused"] == 1, err[-3000:]
     assert not out["published"]  # a candidate's content waits for gate 5
-    rc, out, err = aigc(site, "evaluate", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE)
+    rc, out, err = aigc("evaluate", "--workload", "tiny-sum", "--lake", lake.uri, "--date", DATE)
     assert rc == 0 and out["published"] and out["promoted"] and out["production"] == "v0001", err[-3000:]
     assert out["alignment"] >= 0.9  # its checker: predictions within 0.5 of the rule's sum
     evaluation = lake.get_json(join(resolve(lake, partition("evaluations", "tiny-sum-mlp", DATE))["run_prefix"],
@@ -102,17 +113,17 @@ def test_an_installed_workload_runs_through_the_five_stages_of_the_core(site, tm
     assert evaluation["gates"]["evaluation"]["success"] and len(evaluation["recommended"]) > 0
 
 
-def test_a_stage_the_workload_has_no_hooks_for_refuses_it_by_name(site, tmp_path):
-    rc, out, err = aigc(site, "deploy", "--workload", "aigc_tiny_sum:TrainOnly", "--lake", str(tmp_path / "lake"),
+def test_a_stage_the_workload_has_no_hooks_for_refuses_it_by_name(aigc, tmp_path):
+    rc, out, err = aigc("deploy", "--workload", "aigc_tiny_sum:TrainOnly", "--lake", str(tmp_path / "lake"),
                         "--date", DATE)
     assert rc == 1 and "workload 'tiny-sum-trainer' provides stage(s) ['prepare', 'train'], not 'deploy'" \
         in out["error"]
 
 
-def test_a_workload_by_module_path_and_an_unknown_one(site, tmp_path):
-    rc, out, _ = aigc(site, "train", "--workload", "aigc_tiny_sum:TinySum", "--lake", str(tmp_path / "lake"),
+def test_a_workload_by_module_path_and_an_unknown_one(aigc, tmp_path):
+    rc, out, _ = aigc("train", "--workload", "aigc_tiny_sum:TinySum", "--lake", str(tmp_path / "lake"),
                       "--date", DATE, "--no-gate")
     assert rc == 1 and "EmptyWindow" in out["error"] and "'sums'" in out["error"]  # resolved, then no data
-    rc, out, _ = aigc(site, "train", "--workload", "nope", "--lake", str(tmp_path / "lake"), "--date", DATE)
+    rc, out, _ = aigc("train", "--workload", "nope", "--lake", str(tmp_path / "lake"), "--date", DATE)
     assert rc == 1 and "no workload 'nope'" in out["error"]
     assert "'image'" in out["error"] and "'tiny-sum'" in out["error"]  # what exists: built in, entry points

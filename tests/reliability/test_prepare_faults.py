@@ -49,7 +49,9 @@ def fault_free(s3_server):
     return f"s3://{s3_server.bucket}/prepare-clean-{uuid.uuid4().hex[:8]}"
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+# One seed in `make test` (a seed is a whole stage 1 through faults, ~15 s); all three in `make test-reliability`.
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.reliability_full),
+                                  pytest.param(2, marks=pytest.mark.reliability_full)])
 def test_prepare_through_twenty_percent_faults_is_byte_identical(s3_server, fault_free, monkeypatch, capsys, seed,
                                                                  reliability_record):
     for name, value in s3_server.env().items():
