@@ -8,8 +8,9 @@ import re
 from airflow.sdk import Param
 
 from aigc.config import PRESETS
-from aigc.config.access import DEFAULT_WORKLOAD, AccessPolicy
+from aigc.config.access import AccessPolicy
 from aigc.config.form import SETTINGS, fields_of
+from aigc.config.workload import DEFAULT_SETTING
 from aigc_airflow.runtime import access_policy, deployment_setting
 
 # The form's preset when a user presses Trigger unchanged (and for scheduled and asset-triggered runs): a
@@ -21,7 +22,7 @@ def default_workload(policy: AccessPolicy | None = None) -> str:
     """The workload a run serves when none is chosen: a deployment that runs its own model sets it (the environment
     or [aigc] default_workload, read as the access policy reads it, so the form's default is always an allowed one);
     else the first the deployment allows (AIGC_ALLOWED_WORKLOADS, else the built-in ones, the image demo first)."""
-    return deployment_setting(DEFAULT_WORKLOAD) or (policy or access_policy()).workloads[0]
+    return deployment_setting(DEFAULT_SETTING) or (policy or access_policy()).workloads[0]
 
 
 def params_for(*stages: str, policy: AccessPolicy | None = None) -> dict[str, Param]:

@@ -46,15 +46,21 @@ def aigc(site: Path, monkeypatch, capsys):
     on PYTHONPATH for the processes it starts (torchrun's workers). In-process: a Python start with PyTorch is
     seconds of CPU, and the test makes ten calls."""
     from aigc.cli import main
+    from aigc.workloads.registry import available, load_workload
 
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    installed = (available, load_workload)  # the registry's look-ups are cached until a package is installed:
+    for lookup in installed:                # this one is, for the test, whatever ran before in this process
+        lookup.cache_clear()
 
     def run(*args: str) -> tuple[int, dict, str]:
         rc = main(list(args))
         out, err = capsys.readouterr()
         return rc, json.loads(out.strip().splitlines()[-1]), err
-    return run
+    yield run
+    for lookup in installed:  # and uninstalled after it, for the tests that run next
+        lookup.cache_clear()
 
 
 def test_an_installed_workload_runs_through_the_five_stages_of_the_core(aigc, tmp_path):

@@ -35,7 +35,6 @@ from aigc.config.form import BY_PARAM, SETTINGS, FormField
 from aigc.config.workload import BUILT_IN, DEFAULT_SETTING, NAME_PATTERN
 
 ROOTS, WORKLOADS = "AIGC_ALLOWED_ROOTS", "AIGC_ALLOWED_WORKLOADS"
-DEFAULT_WORKLOAD = DEFAULT_SETTING
 URI_FIELDS = ("raw_uri", "prompts_uri")
 DEFAULT_BOUNDS: Mapping[str, int] = {
     "n_records": 1_000_000, "prepare_parts": 64, "train_steps": 100_000, "window_days": 92, "nproc": 8,
@@ -79,7 +78,7 @@ class AccessPolicy:
         except Refused as e:
             raise ValueError(f"{ROOTS}: {e}") from None
         # The deployment's default workload is the operator's choice too: the form proposes it.
-        default_workload = _listed(setting(DEFAULT_WORKLOAD))
+        default_workload = _listed(setting(DEFAULT_SETTING))
         workloads = tuple(dict.fromkeys([*(_listed(setting(WORKLOADS)) or BUILT_IN), *default_workload]))
         bad = [w for w in workloads if not re.match(NAME_PATTERN, w)]
         if bad:
