@@ -29,6 +29,9 @@ os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")  # the test S3 server is on loopback: never via a proxy
+# The hf-causal-lm workload's demo bases and copied bases: built in a folder of the test session's, not the user's
+# ~/.cache (inherited by every process a test starts).
+os.environ.setdefault("AIGC_HF_CACHE", tempfile.mkdtemp(prefix="aigc-hf-cache-"))
 sys.path.insert(0, str(ROOT / "plugins"))  # Airflow puts plugins/ on sys.path; so do the tests
 
 

@@ -86,7 +86,8 @@ def test_the_prompt_files_asset_is_watched_by_the_lake_trigger(dagbag):
     (watcher,) = PROMPT_FILES.watchers
     classpath, kwargs = watcher.trigger.serialize()
     assert classpath == "aigc_airflow.triggers.PromptFileTrigger"
-    assert set(kwargs["workloads"]) == {"image", "text"}  # the deployment's (here: the built-in ones), not a dataset
+    # the deployment's (here: the built-in ones), not a dataset
+    assert set(kwargs["workloads"]) == {"image", "text", "hf-causal-lm"}
 
 
 @pytest.mark.parametrize("dag_id", ["aigc_pipeline", *STAGE_DAGS])

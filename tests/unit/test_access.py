@@ -47,7 +47,7 @@ def test_relative_folders_and_other_schemes_are_refused_and_lake_keys_may_not_cl
 
 def test_a_workload_must_be_built_in_the_default_or_listed(tmp_path):
     p = policy(tmp_path, AIGC_DEFAULT_WORKLOAD="mine")
-    assert p.workloads == ("image", "text", "mine")
+    assert p.workloads == ("image", "text", "hf-causal-lm", "mine")
     check_request({"workload": "text"}, p)
     with pytest.raises(Refused, match="AIGC_ALLOWED_WORKLOADS") as e:
         check_request({"workload": "evil.module:W"}, p)
@@ -159,3 +159,16 @@ def test_a_forms_workload_settings_are_a_small_object_of_named_scalars():
 
     assert config_changes({"settings": {"context": 2048}, "train_steps": 7}) == {
         "workload": {"settings": {"context": 2048}}, "train": {"steps": 7}}
+
+
+def test_a_workload_setting_that_names_a_location_must_lie_under_an_allowed_root(tmp_path):
+    """A base model's folder from the form (the hf-causal-lm workload's ``base_model_uri``) is read by the run: it
+    is held to the roots a raw drop is, and a Hub id (no folder, no root) is refused before anything loads."""
+    allowed = policy(tmp_path, AIGC_ALLOWED_ROOTS="s3://models/shared")
+    for ok in ("s3://models/shared/my-llm", str(tmp_path / "lake" / "bases" / "m"), ""):
+        assert check_request({"settings": {"base_model_uri": ok}}, allowed)["settings"]["base_model_uri"] == ok
+    for outside in ("s3://models/private", "/home/someone/llm", str(tmp_path / "lake" / ".." / "m")):
+        with pytest.raises(Refused, match=r"'settings\.base_model_uri' = .* outside the roots.*AIGC_ALLOWED_ROOTS"):
+            check_request({"settings": {"base_model_uri": outside, "context": 64}}, allowed)
+    with pytest.raises(Refused, match=r"'settings\.base_model_uri' = 'meta-llama/Llama-3.2-1B' .* absolute path"):
+        check_request({"settings": {"base_model_uri": "meta-llama/Llama-3.2-1B"}}, allowed)  # a Hub id: no folder

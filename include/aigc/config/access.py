@@ -148,7 +148,7 @@ def check_request(values: Mapping[str, Any], policy: AccessPolicy) -> dict[str, 
     if preset is not None and preset not in PRESETS:
         raise Refused("preset", preset, f"choose one of {list(PRESETS)}")
     _check_workload(out.get("workload"), policy)
-    _check_settings(out.get(SETTINGS))
+    _check_settings(out.get(SETTINGS), policy)
     for name, value in list(out.items()):
         f = BY_PARAM.get(name)
         if f is None or value is None:
@@ -177,9 +177,10 @@ def check_request(values: Mapping[str, Any], policy: AccessPolicy) -> dict[str, 
 MAX_SETTINGS = 64
 
 
-def _check_settings(value: Any) -> None:
+def _check_settings(value: Any, policy: AccessPolicy) -> None:
     """The form's workload settings: a JSON object of named scalars (the workload's settings class checks each when
-    the run builds its configuration; a bad one fails the run before anything is read or written)."""
+    the run builds its configuration; a bad one fails the run before anything is read or written). A setting named
+    ``*_uri`` is a location (a base model's folder): it must be under an allowed root, as a raw URI must."""
     if value is None:
         return
     scalar = (bool, int, float, str)
@@ -188,6 +189,11 @@ def _check_settings(value: Any) -> None:
             and (not isinstance(v, str) or len(v) <= 1000) for k, v in value.items())):
         raise Refused(SETTINGS, value, f"a JSON object of at most {MAX_SETTINGS} of the workload's own settings, each "
                                        'a number, a boolean or a short string, e.g. {"context": 2048}')
+    for name, setting in value.items():
+        if name.endswith("_uri") and setting:
+            if not isinstance(setting, str):
+                raise Refused(f"{SETTINGS}.{name}", setting, "a location is a folder or a URI")
+            _check_location(f"{SETTINGS}.{name}", setting, policy)
 
 
 def _check_workload(name: Any, policy: AccessPolicy) -> None:

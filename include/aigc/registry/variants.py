@@ -35,10 +35,23 @@ def _compressible(name: str, t: torch.Tensor) -> bool:
         and "positions" not in name
 
 
+def unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state dict safetensors can save: on the CPU, contiguous, and no two entries on one storage (a model that
+    ties its output layer to its input embeddings, as GPT-2 and many Llama-style models do, lists the same tensor
+    twice; safetensors refuses that, so the second is a copy, and loading ties them again)."""
+    out, seen = {}, set()
+    for k, v in state.items():
+        v = v.detach().cpu().contiguous()
+        storage = v.untyped_storage().data_ptr()
+        out[k] = v.clone() if storage in seen else v
+        seen.add(storage)
+    return out
+
+
 def encode(kind: str, state: dict[str, torch.Tensor], *, sparsity: float = 0.5) -> dict[str, torch.Tensor]:
     """Tensors to save for a torch variant (fp32, bf16, pruned)."""
     if kind == "fp32":
-        return {k: v.float().contiguous() for k, v in state.items()}
+        return unshared({k: v.float() for k, v in state.items()})
     if kind == "bf16":
         return {k: (v.bfloat16() if v.is_floating_point() else v).contiguous() for k, v in state.items()}
     if kind == "pruned":

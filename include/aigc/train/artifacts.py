@@ -27,6 +27,7 @@ from aigc.config import PipelineConfig
 from aigc.lake import Lake
 from aigc.lake.keys import join, partition, run_prefix
 from aigc.plots import line_chart
+from aigc.registry.variants import unshared
 from aigc.train.timing import busy_matrix, measured_imbalance
 
 SUMMARY = "_SUMMARY.json"
@@ -104,8 +105,7 @@ def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, worklo
     """Weights, model card, metrics and the summary (last). Returns the summary."""
     # One metadata entry: safetensors writes a map's entries in no fixed order, so two would make the same weights
     # hash differently from one save to the next (and registration is idempotent by that hash).
-    weights = save_safetensors({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-                               metadata={"format": "pt"})
+    weights = save_safetensors(unshared(model.state_dict()), metadata={"format": "pt"})
     lake.put_bytes(join(prefix, WEIGHTS), weights)
     metrics_key = write_metrics(lake, prefix, rows, workload.loss_parts, workload.loss_title)
     trained = [r for r in rows if r["step"] > 0]

@@ -107,13 +107,9 @@ class TextWorkload(Workload):
         return "samples.md", samples_page(rows)
 
     def generation_checks(self, rows, cfg):
-        import great_expectations.expectations as gxe
+        from aigc.workloads.text.serving import generation_checks
 
-        generated = rows[rows["status"] == "generated"]
-        empty = float((generated["text"].str.strip() == "").mean()) if len(generated) else 0.0
-        return rows, [gxe.ExpectColumnValuesToBeBetween(column="new_tokens", min_value=0,
-                                                        max_value=cfg.workload.settings.new_tokens)], \
-            {"empty_fraction": (empty, cfg.generate_gate.max_blank_fraction)}
+        return generation_checks(rows, cfg, cfg.workload.settings.new_tokens)
 
     def judge(self, lake, evaluation, cfg):
         from aigc.workloads.text.evaluation import TextJudge

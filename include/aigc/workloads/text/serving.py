@@ -118,6 +118,17 @@ def demo_prompts(lake, date: str, cfg, key: str) -> dict:
     return {"prompts_uri": lake.url(key), "prompts": len(records), "blocked": g.blocked_prompts}
 
 
+def generation_checks(rows, cfg, new_tokens: int):
+    """Gate 4 for generated texts: no continuation longer than ``new_tokens``, and few empty ones
+    (``generate_gate.max_blank_fraction``)."""
+    import great_expectations.expectations as gxe
+
+    generated = rows[rows["status"] == "generated"]
+    empty = float((generated["text"].str.strip() == "").mean()) if len(generated) else 0.0
+    return rows, [gxe.ExpectColumnValuesToBeBetween(column="new_tokens", min_value=0, max_value=new_tokens)], \
+        {"empty_fraction": (empty, cfg.generate_gate.max_blank_fraction)}
+
+
 def samples_page(rows: list[dict]) -> bytes:
     """A Markdown page of generated texts: each prompt's last line and what the model wrote after it."""
     parts = ["# Generated samples\n"]

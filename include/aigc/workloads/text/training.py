@@ -25,12 +25,35 @@ CHARS_PER_TOKEN_BOUND = 8
 (byte-level BPE tokens are ≥ 1 byte; the reference corpus averages ~4 characters per token)."""
 
 
+class WindowTexts:
+    """The window's documents, read from the lake shard by shard as batches need them (the last two shards kept:
+    the balanced plan sorts samples by cost, so a step's samples come from few shards)."""
+
+    def __init__(self, lake, index):
+        self.lake, self.index = lake, index
+        self._shards: OrderedDict[int, list[str]] = OrderedDict()
+        self.read_shards = 0
+
+    def of_shard(self, s: int) -> list[str]:
+        if s in self._shards:
+            self._shards.move_to_end(s)
+            return self._shards[s]
+        texts = self.index.shard(self.lake, s).read(columns=["text"]).column("text").to_pylist()
+        self.read_shards += 1
+        self._shards[s] = texts
+        while len(self._shards) > 2:
+            self._shards.popitem(last=False)
+        return texts
+
+    def of_sample(self, sample: int) -> str:
+        return self.of_shard(int(self.index.shard_of[sample]))[int(self.index.row_of[sample])]
+
+
 class TextTrainingTask(TrainingTask):
     def __init__(self, lake, index, cfg):
         self.lake, self.index, self.text = lake, index, cfg.workload.settings
-        self._shard_texts: OrderedDict[int, list[str]] = OrderedDict()
+        self.texts = WindowTexts(lake, index)
         self._encoded: OrderedDict[int, np.ndarray] = OrderedDict()
-        self.read_shards = 0
         self.tokenizer = train_tokenizer(self._tokenizer_texts(), self.text.vocab_size)
         self.pad_id, self.eos_id = special_ids(self.tokenizer)
         self.data_state = self.tokenizer.to_str()
@@ -38,22 +61,11 @@ class TextTrainingTask(TrainingTask):
     def _tokenizer_texts(self):
         budget = TOKENIZER_CHARS
         for s in range(len(self.index.shards)):
-            for text in self._texts_of(s):
+            for text in self.texts.of_shard(s):
                 yield text[:budget]
                 budget -= min(len(text), budget)
                 if budget <= 0:
                     return
-
-    def _texts_of(self, s: int) -> list[str]:
-        if s in self._shard_texts:
-            self._shard_texts.move_to_end(s)
-            return self._shard_texts[s]
-        texts = self.index.shard(self.lake, s).read(columns=["text"]).column("text").to_pylist()
-        self.read_shards += 1
-        self._shard_texts[s] = texts
-        while len(self._shard_texts) > 2:
-            self._shard_texts.popitem(last=False)
-        return texts
 
     def tokens(self, sample: int) -> np.ndarray:
         """The first context + 1 tokens of a document (its inputs and targets), end of text appended if it fits."""
@@ -61,7 +73,7 @@ class TextTrainingTask(TrainingTask):
             self._encoded.move_to_end(sample)
             return self._encoded[sample]
         n = self.text.context + 1
-        text = self._texts_of(int(self.index.shard_of[sample]))[int(self.index.row_of[sample])]
+        text = self.texts.of_sample(sample)
         ids = self.tokenizer.encode(text[: n * CHARS_PER_TOKEN_BOUND]).ids + [self.eos_id]
         out = np.asarray(ids[:n], dtype=np.int64)
         self._encoded[sample] = out
@@ -111,7 +123,7 @@ class TextTrainingTask(TrainingTask):
         return None
 
     def stats(self):
-        return {"read_shards": self.read_shards}
+        return {"read_shards": self.texts.read_shards}
 
 
 def tokenizer_of(card: dict):

@@ -1,0 +1,122 @@
+"""The built-in ``hf-causal-lm`` workload: a Hugging Face ``transformers`` causal LM of the user's, fine-tuned on
+their documents and served through the same stages as the demos.
+
+Its base model is a ``save_pretrained`` folder (``HFLMSettings.base_model_uri``: a folder or a lake URI; empty: a
+small demo base built from a config, with random weights), loaded by ``AutoModelForCausalLM`` and
+``AutoTokenizer`` with safetensors only, no remote code and nothing downloaded (``base``). Stage 1 curates the text
+workload's drops and counts each document's tokens in the base's tokenizer (``records``); stage 2 fine-tunes every
+weight under the DDP core, ranks balanced by those tokens (``training``); stage 3 registers the weights with the
+base pinned by hash and builds fp32 and bf16 variants, each checked against fp32 on the smoke prompts; stage 4
+generates greedy continuations with ``generate`` and its KV cache (``serving``). Stage 5 (perplexity against the
+base and the figures that need no grammar) is not written yet: ``aigc evaluate`` refuses this workload by name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aigc.workload import Workload
+from aigc.workloads.hf_lm.config import HFLMSettings
+
+
+class HFCausalLMWorkload(Workload):
+    name = "hf-causal-lm"
+    settings_class = HFLMSettings
+    description = "a Hugging Face causal LM of yours (a save_pretrained folder), fine-tuned on long documents"
+    cli_settings = {"make-raw": ("mean_items", "max_items"),
+                    "prepare": ("base_model_uri", "demo_architecture", "min_chars", "max_chars",
+                                "min_clean_fraction", "shingle_words"),
+                    "train": ("base_model_uri", "demo_architecture", "context", "new_tokens"),
+                    "deploy": ("min_text_agreement",)}
+    index_columns = ("tokens",)
+    loss_title = "fine-tuning: next-token cross-entropy (nats per token)"
+    preload_modules = tuple(f"aigc.workloads.hf_lm.{m}" for m in ("records", "training", "serving"))
+    stages = frozenset({"prepare", "train", "deploy", "generate"})
+    variant_kinds = ("fp32", "bf16")
+    output_columns = (("text", "large_string"), ("prompt_tokens", "int32"), ("new_tokens", "int32"))
+
+    def config_overrides(self, preset):
+        changes = {"raw": {"source": "docs"}, "prepare": {"dataset": "docs"}, "model": {"name": "hf-causal-lm"},
+                   # nats per token: ln 512 ≈ 6.2 for the demo base's random weights
+                   "train_gate": {"max_final_val_loss": 4.0},
+                   "train": {"batch_size": 8, "lr": 1e-3, "warmup_steps": 10},
+                   "deploy": {"variants": "fp32,bf16", "smoke_prompts": 8, "latency_batch": 8, "latency_repeats": 2},
+                   "deploy_gate": {"max_latency_ms": 5000.0},
+                   "generate": {"variant": "fp32", "prompts": 32, "shards": 2}}
+        if preset in ("demo", "smoke"):
+            changes["raw"]["n"] = 300 if preset == "demo" else 120
+            changes["curated_gate"] = {"min_rows": 150 if preset == "demo" else 50}
+            changes["workload"] = {"settings": {"context": 256 if preset == "demo" else 128, "mean_items": 20.0}}
+            changes["train"].update({"steps": 150, "eval_every": 50, "checkpoint_every": 50} if preset == "demo"
+                                    else {"steps": 20, "eval_every": 10, "checkpoint_every": 10})
+            if preset == "smoke":  # a deployment check: the quality bar is off, the ledger and safety ones on
+                changes["train_gate"] = {"max_final_val_loss": 7.0}
+                changes["generate"].update({"prompts": 12})
+        return changes
+
+    def sample_costs(self, columns, cfg):
+        # Per token a transformer block costs ~12·width² multiply-adds in its linear layers and ~2·L·width in
+        # attention: cost ∝ L · (6·width + L), with the base's width (hidden_size; GPT-2's n_embd).
+        import json
+
+        from aigc.workloads.hf_lm.base import local_folder
+
+        s = cfg.workload.settings
+        config = json.loads((local_folder(s.base_model_uri, s.demo_architecture) / "config.json").read_text())
+        width = config.get("hidden_size") or config.get("n_embd") or 1024
+        tokens = np.minimum(np.asarray(columns["tokens"], dtype=np.float64) + 1, s.context + 1)
+        return tokens * (6.0 * width + tokens)
+
+    def records(self, cfg):
+        from aigc.workloads.hf_lm.records import HFRecords
+
+        return HFRecords(cfg.workload.settings if cfg is not None else None)
+
+    def make_raw_drop(self, raw, date, cfg):
+        from aigc.workloads.text.corpus import make_text_drop
+
+        return make_text_drop(raw, date, cfg.raw, cfg.workload.settings)
+
+    def training_task(self, lake, index, cfg):
+        from aigc.workloads.hf_lm.training import HFTrainingTask
+
+        return HFTrainingTask(lake, index, cfg)
+
+    def serving(self, card, variant, data, device, version):
+        from aigc.workloads.hf_lm.serving import HFServing
+
+        return HFServing(card, variant, data, device, version)
+
+    def smoke_prompts(self, n, seed):
+        from aigc.workloads.text.serving import smoke_prompts
+
+        return smoke_prompts(n, seed)
+
+    def measure_variant(self, outputs, baseline):
+        from aigc.workloads.text.serving import measure
+
+        return measure([o["text"] for o in outputs], [b["text"] for b in baseline])
+
+    def variant_checks(self, entry, cfg):
+        return {"agreement_vs_fp32": entry["agreement_vs_fp32"] >= cfg.workload.settings.min_text_agreement}
+
+    def demo_prompts(self, lake, date, cfg, key):
+        from aigc.workloads.text.serving import demo_prompts
+
+        return demo_prompts(lake, date, cfg, key)
+
+    def output_row(self, output):
+        return output
+
+    def gallery(self, rows):
+        from aigc.workloads.text.serving import samples_page
+
+        return "samples.md", samples_page(rows)
+
+    def generation_checks(self, rows, cfg):
+        from aigc.workloads.text.serving import generation_checks
+
+        return generation_checks(rows, cfg, cfg.workload.settings.new_tokens)
+
+
+HF_CAUSAL_LM = HFCausalLMWorkload()

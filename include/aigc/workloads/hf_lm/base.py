@@ -1,0 +1,188 @@
+"""The base model: a folder in the ``save_pretrained`` layout, found, checked and loaded without running its code.
+
+A base is named by ``HFLMSettings.base_model_uri``: a folder on this machine, or a folder in a lake (``s3://…``,
+``file://…``), which is copied once into a local cache (``cache.cache_root``) keyed by its listing (names, sizes,
+versions), so every process of a run loads the same bytes from disk. Before ``transformers`` sees a folder it is
+checked here:
+
+* ``config.json`` present and naming no code of its own (``auto_map``: that would need ``trust_remote_code``);
+* weights in safetensors (``*.safetensors``): a folder with only pickles (``pytorch_model.bin``) is refused, as
+  loading a pickle runs code;
+* the tokenizer's files (``tokenizer.json``, or a sentencepiece ``tokenizer.model``, or ``vocab.json`` and
+  ``merges.txt``).
+
+Then ``AutoTokenizer`` and ``AutoModelForCausalLM`` load it with ``local_files_only=True``,
+``trust_remote_code=False`` and ``use_safetensors=True``: nothing is downloaded. A name that looks like a Hub id
+(``org/model``) and is no folder gets a message saying to download it first and pass the folder.
+
+An empty ``base_model_uri`` means the demo base (``demo_base``): built from a config, with random weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import uuid
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aigc.workloads.hf_lm.cache import cache_root
+
+# Set before transformers and huggingface_hub are imported (they read it once): no call to the Hub, even by a
+# code path that would otherwise look for a newer file.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+if TYPE_CHECKING:
+    import torch
+
+    from aigc.lake import Lake, S3Options
+
+LAYOUT = re.compile(r"^(config\.json|generation_config\.json|.+\.safetensors|model\.safetensors\.index\.json|"
+                    r"tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|vocab\.json|merges\.txt|"
+                    r"tokenizer\.model|added_tokens\.json|chat_template\.jinja|chat_template\.json)$")
+"""The files of the ``save_pretrained`` layout that loading reads; anything else in a folder is left alone."""
+PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class BaseModelError(ValueError):
+    """A base model that is missing or that cannot be loaded safely: the message says what to do."""
+
+
+def is_lake_uri(uri: str) -> bool:
+    return "://" in uri
+
+
+def check_folder(folder: Path, where: str | None = None) -> dict:
+    """The folder's ``config.json`` once the folder is a loadable base (BaseModelError says why it is not)."""
+    where = where or str(folder)
+    if not folder.is_dir():
+        raise BaseModelError(f"no base model folder at {where}")
+    names = {p.name for p in folder.iterdir() if p.is_file()}
+    layout = "the save_pretrained layout (config.json, *.safetensors, the tokenizer's files)"
+    if "config.json" not in names:
+        raise BaseModelError(f"{where} has no config.json: a base model is a folder in {layout}")
+    if not any(n.endswith(".safetensors") for n in names):
+        pickles = sorted(n for n in names if n.endswith(PICKLES))
+        raise BaseModelError(
+            f"{where} has no safetensors weights" + (f" (only {pickles}: pickles, which run code as they load)"
+                                                     if pickles else "")
+            + "; save them as safetensors: model.save_pretrained(folder, safe_serialization=True)")
+    if not any(all(n in names for n in group) for group in TOKENIZER_FILES):
+        raise BaseModelError(f"{where} has no tokenizer files (tokenizer.json, tokenizer.model, or vocab.json and "
+                             "merges.txt): save the tokenizer beside the model, tokenizer.save_pretrained(folder)")
+    config = json.loads((folder / "config.json").read_text())
+    if config.get("auto_map"):
+        raise BaseModelError(f"{where}'s config.json names code of its own (auto_map: {config['auto_map']}): "
+                             "loading it would run that code (trust_remote_code), which this pipeline refuses; use "
+                             "a model of an architecture transformers ships")
+    return config
+
+
+def local_folder(uri: str, demo_architecture: str = "llama", s3: S3Options | None = None) -> Path:
+    """The checked local folder of the base ``uri`` (empty: the demo base of ``demo_architecture``); a base in S3 is
+    read with ``s3`` (the lake's options in training), else the standard AWS variables."""
+    if not uri:
+        from aigc.workloads.hf_lm.demo_base import demo_folder
+
+        return demo_folder(demo_architecture)
+    if is_lake_uri(uri):
+        from aigc.lake import open_lake
+
+        return materialise(open_lake(uri, s3), uri)
+    folder = Path(uri).expanduser()
+    if not folder.exists() and HUB_ID.match(uri):
+        raise BaseModelError(f"{uri!r} is not a folder; it looks like a Hugging Face Hub id, and nothing is "
+                             "downloaded while the pipeline runs: download it once (huggingface-cli download "
+                             f"{uri} --local-dir DIR, or snapshot_download), then pass the folder (or its copy "
+                             "in the lake) as the base model")
+    check_folder(folder, uri)
+    return folder.resolve()
+
+
+def materialise(source: Lake, where: str) -> Path:
+    """A local copy of the base folder in ``source`` (the layout's files at its top level), made once per listing
+    (names, sizes, versions: a file replaced there is copied again)."""
+    listing = sorted((k, size, version) for k, size, version in source.list_versions("")
+                     if "/" not in k and LAYOUT.match(k))
+    if not listing:
+        raise BaseModelError(f"no base model at {where}: no file of the save_pretrained layout there")
+    digest = hashlib.sha256(json.dumps([where, listing]).encode()).hexdigest()[:24]
+    root = cache_root()
+    folder = root / digest
+    if (folder / ".complete").exists():
+        return folder
+    staging = root / f".{digest}-{uuid.uuid4().hex[:8]}"
+    staging.mkdir(parents=True)
+    try:
+        for key, size, _ in listing:
+            data = source.get_bytes(key)
+            if len(data) != size:
+                raise BaseModelError(f"{where}/{key} read {len(data)} bytes where the listing said {size}")
+            (staging / key).write_bytes(data)
+        check_folder(staging, where)
+        (staging / ".complete").write_text(where)
+        with contextlib.suppress(OSError):  # another process copied the same listing first: the same bytes
+            staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+@cache
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fingerprint(folder: Path) -> dict:
+    """What pins a base: each layout file's sha256, and one over them all (the lineage a fine-tuned model records)."""
+    files = {}
+    for p in sorted(folder.iterdir()):
+        if p.is_file() and LAYOUT.match(p.name):
+            st = p.stat()
+            files[p.name] = _file_sha256(str(p), st.st_size, st.st_mtime_ns)
+    return {"sha256": hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest(), "files": files}
+
+
+def load_tokenizer(folder: Path):
+    """The base's tokenizer (a fast one where the folder has ``tokenizer.json``), with a padding token: the end of
+    text where the base defines none (GPT-2's)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+    if tok.eos_token_id is None:
+        raise BaseModelError(f"{folder}'s tokenizer has no end-of-text token (eos_token): set one in "
+                             "tokenizer_config.json; generation needs it to stop")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(folder: Path, dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """The base's weights in ``AutoModelForCausalLM`` (fp32 unless ``dtype``), from safetensors, no remote code."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False,
+                                                use_safetensors=True, dtype=dtype or torch.float32)
+
+
+def model_from_config(config: dict) -> torch.nn.Module:
+    """An uninitialised model of a stored ``config.json`` (a registered version's card): its weights come next."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if config.get("auto_map"):
+        raise BaseModelError(f"the model card's config names code of its own (auto_map: {config['auto_map']}): refused")
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    return AutoModelForCausalLM.from_config(AutoConfig.for_model(config["model_type"], **fields),
+                                            trust_remote_code=False)

@@ -1,0 +1,96 @@
+"""The ``hf-causal-lm`` workload's stage 2: full fine-tuning of the base model on the window's documents.
+
+A sample is one curated document's first ``context + 1`` tokens in the base's tokenizer (end of text appended where
+it fits); the loss is next-token cross-entropy over real tokens (nats per token). Every rank loads the base's
+weights from the same local folder (``base.local_folder``), so the run starts where the base is, and the model card
+pins the base by its files' hashes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from aigc.workload import Loss, TrainingTask
+from aigc.workloads.hf_lm.base import fingerprint, load_model, load_tokenizer, local_folder
+from aigc.workloads.text.training import WindowTexts
+
+CHARS_PER_TOKEN_BOUND = 16
+"""Tokenizing a document's first (context + 1) · this many characters gives its first context + 1 tokens (a token
+of a byte-level or sentencepiece vocabulary covers fewer characters than this)."""
+
+
+class HFTrainingTask(TrainingTask):
+    def __init__(self, lake, index, cfg):
+        self.lake, self.index, self.settings = lake, index, cfg.workload.settings
+        self.folder = local_folder(self.settings.base_model_uri, self.settings.demo_architecture,
+                                   getattr(lake, "options", None))
+        self.tokenizer = load_tokenizer(self.folder)
+        self.base = fingerprint(self.folder)
+        self.context = _context(self.settings.context, self.folder)
+        self.texts = WindowTexts(lake, index)
+        self._encoded: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    def tokens(self, sample: int) -> np.ndarray:
+        if sample in self._encoded:
+            self._encoded.move_to_end(sample)
+            return self._encoded[sample]
+        n = self.context + 1
+        text = self.texts.of_sample(sample)
+        ids = self.tokenizer(text[: n * CHARS_PER_TOKEN_BOUND], add_special_tokens=False)["input_ids"]
+        out = np.asarray([*ids, self.tokenizer.eos_token_id][:n], dtype=np.int64)
+        self._encoded[sample] = out
+        while len(self._encoded) > 4096:
+            self._encoded.popitem(last=False)
+        return out
+
+    def build_model(self):
+        return load_model(self.folder)
+
+    def batch(self, samples):
+        seqs = [self.tokens(int(i)) for i in samples]
+        longest = max(len(s) for s in seqs)
+        ids = np.full((len(seqs), longest), self.tokenizer.pad_token_id, dtype=np.int64)
+        for row, seq in zip(ids, seqs, strict=True):
+            row[: len(seq)] = seq
+        return torch.from_numpy(ids), torch.tensor([len(s) for s in seqs], dtype=torch.int64)
+
+    def loss(self, model, batch, *, train):
+        ids, lengths = batch
+        inputs = ids[:, :-1]
+        real = torch.arange(inputs.shape[1], device=ids.device)[None, :] < (lengths[:, None] - 1)
+        logits = model(input_ids=inputs, attention_mask=real.long()).logits
+        per_token = F.cross_entropy(logits.float().transpose(1, 2), ids[:, 1:], reduction="none")
+        return Loss((per_token * real).sum() / real.sum().clamp(min=1), {})
+
+    def card(self):
+        return {"hf": {"config": self._config(), "base_uri": self.settings.base_model_uri or
+                       f"demo:{self.settings.demo_architecture}", "base": self.base, "context": self.context,
+                       "new_tokens": self.settings.new_tokens}}
+
+    def _config(self) -> dict:
+        import json
+
+        return json.loads((self.folder / "config.json").read_text())
+
+    def adopt(self, card):
+        # A version of the same base (by its files' hashes) continues; another base's weights mean other tokens.
+        theirs = (card.get("hf") or {}).get("base", {}).get("sha256")
+        if theirs != self.base["sha256"]:
+            return f"it was fine-tuned from another base (sha256 {theirs}, not {self.base['sha256']})"
+        return None
+
+    def stats(self):
+        return {"read_shards": self.texts.read_shards, "base_sha256": self.base["sha256"]}
+
+
+def _context(wanted: int, folder) -> int:
+    """The training window: ``wanted`` tokens, never past the positions the base has (its max_position_embeddings)."""
+    import json
+
+    config = json.loads((folder / "config.json").read_text())
+    limit = config.get("max_position_embeddings") or config.get("n_positions") or wanted
+    return min(wanted, int(limit) - 1)

@@ -1,0 +1,143 @@
+"""The hf-causal-lm workload: a transformers model from a save_pretrained folder (built here from a config, as the
+demo does: nothing is downloaded), refused where loading it would run code or need the Hub, then stages 1 to 4 by
+the core on two architectures (Llama-style with grouped-query attention, GPT-2-style with tied embeddings)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from aigc.lake import LocalLake, S3Lake
+from aigc.stages import configure
+from aigc.workloads import workload_of
+from aigc.workloads.hf_lm.base import (
+    BaseModelError,
+    check_folder,
+    fingerprint,
+    load_model,
+    load_tokenizer,
+    local_folder,
+)
+
+DATE = "2026-11-20"
+
+
+@pytest.fixture(scope="module")
+def llama_base():
+    return local_folder("", "llama")
+
+
+def test_the_demo_bases_are_transformers_models_saved_with_save_pretrained():
+    expected = {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel"}
+    for arch, cls in expected.items():
+        folder = local_folder("", arch)
+        config = check_folder(folder)
+        assert config["model_type"] == arch and (folder / "model.safetensors").exists()
+        assert not [p for p in folder.iterdir() if p.suffix in (".bin", ".pt")]
+        model, tok = load_model(folder), load_tokenizer(folder)
+        assert type(model).__name__ == cls
+        text = "Log a.\nItem 1: a small red circle at the top."
+        assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text  # byte-level: lossless
+        assert local_folder("", arch) == folder and fingerprint(folder) == fingerprint(folder)  # built once
+    llama = check_folder(local_folder("", "llama"))
+    assert llama["num_key_value_heads"] < llama["num_attention_heads"]  # grouped-query attention
+
+
+def test_a_base_is_refused_where_loading_it_would_run_code_or_need_a_download(tmp_path, llama_base):
+    with pytest.raises(BaseModelError, match=r"looks like a Hugging Face Hub id.*nothing is downloaded.*pass the "
+                                             r"folder"):
+        local_folder("acme/llm-7b")
+    with pytest.raises(BaseModelError, match="no base model folder at"):
+        local_folder(str(tmp_path / "nowhere"))
+    model = tmp_path / "model"
+    shutil.copytree(llama_base, model)
+    (model / "model.safetensors").rename(model / "pytorch_model.bin")
+    with pytest.raises(BaseModelError, match=r"no safetensors weights \(only \['pytorch_model.bin'\]: pickles"):
+        local_folder(str(model))
+    (model / "pytorch_model.bin").rename(model / "model.safetensors")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForCausalLM": "mine.Model"}}))
+    with pytest.raises(BaseModelError, match=r"names code of its own \(auto_map.*trust_remote_code"):
+        local_folder(str(model))
+    (model / "config.json").write_text(json.dumps(config))
+    (model / "tokenizer.json").unlink()
+    with pytest.raises(BaseModelError, match="no tokenizer files"):
+        local_folder(str(model))
+
+
+def test_a_base_in_an_s3_lake_is_copied_once_and_again_when_it_changes(s3_server, llama_base, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setenv("AIGC_HF_CACHE", str(tmp_path / "cache"))
+    lake = S3Lake(f"s3://{s3_server.bucket}/hf-{tmp_path.name}", s3_server.options())
+    for p in llama_base.iterdir():
+        if p.is_file() and not p.name.startswith("."):
+            lake.put_bytes(f"models/my-llm/{p.name}", p.read_bytes())
+    lake.put_bytes("models/my-llm/notes/readme.md", b"not part of the layout: not copied")
+    uri = lake.url("models/my-llm")
+    folder = local_folder(uri, s3=s3_server.options())
+    assert fingerprint(folder)["files"] == fingerprint(llama_base)["files"]
+    assert not (folder / "notes").exists()
+    assert local_folder(uri, s3=s3_server.options()) == folder  # the same listing: the same copy
+    config = json.loads((llama_base / "config.json").read_text())
+    lake.put_bytes("models/my-llm/config.json", json.dumps({**config, "rms_norm_eps": 1e-5}).encode())
+    again = local_folder(uri, s3=s3_server.options())
+    assert again != folder and json.loads((again / "config.json").read_text())["rms_norm_eps"] == 1e-5
+
+
+def smoke(arch: str):
+    return configure("smoke", "hf-causal-lm").override({
+        "prepare": {"workers": 1}, "raw": {"n": 60}, "curated_gate": {"min_rows": 20},
+        "train": {"steps": 8, "eval_every": 4, "checkpoint_every": 4, "batch_size": 8, "warmup_steps": 2,
+                  "lr": 3e-3, "nproc": 1, "threads": 1},
+        "workload": {"settings": {"demo_architecture": arch, "context": 64, "new_tokens": 6}},
+        "deploy": {"smoke_prompts": 4, "latency_batch": 4, "latency_repeats": 1},
+        "generate": {"prompts": 6, "shards": 1}})
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_stages_1_to_4_fine_tune_register_and_serve_the_base(tmp_path, arch):
+    from aigc.registry.loader import load_serving
+    from aigc.stages import DEPLOY, PREPARE, TRAIN
+    from aigc.train import distributed as D
+    from aigc.train.loop import train_rank
+
+    torch.set_num_threads(1)
+    cfg = smoke(arch)
+    workload = workload_of(cfg)
+    lake = LocalLake(tmp_path / "lake")
+    raw = lake.sub("raw/docs")
+    PREPARE.make_raw(raw, DATE, cfg)
+    prepared = PREPARE.produce(raw, lake, DATE, cfg)
+    PREPARE.finish(lake, cfg, prepared)
+    # Stage 1 counted each document's tokens in the base's own tokenizer.
+    manifest = lake.get_json(f"curated/docs/dt={DATE}/run={prepared['run_id']}/_manifest.json")
+    rows = lake.read_parquet([s["key"] for s in manifest["shards"]], columns=["text", "tokens"]).to_pylist()
+    tok = load_tokenizer(local_folder("", arch))
+    assert rows and all(r["tokens"] == len(tok(r["text"], add_special_tokens=False)["input_ids"]) for r in rows)
+
+    solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
+    summary = train_rank(lake, DATE, cfg, f"20261120T000000000000Z-hf{arch}", solo, workload)
+    assert summary["steps"] == 8 and summary["final_val_loss"] < summary["initial_val_loss"]
+    card = lake.get_json(f"training/hf-causal-lm/dt={DATE}/run={summary['run_id']}/model.json")
+    assert card["hf"]["base"]["sha256"] == fingerprint(local_folder("", arch))["sha256"]
+    assert card["hf"]["config"]["model_type"] == arch and card["hf"]["base_uri"] == f"demo:{arch}"
+
+    TRAIN.finish(lake, cfg, summary)
+    registered = DEPLOY.register(lake, DATE, cfg)
+    built = DEPLOY.build(lake, cfg, registered["version"])
+    assert set(built["variants"]) == {"fp32", "bf16"}
+    assert built["variants"]["fp32"]["agreement_vs_fp32"] == 1.0
+    assert built["variants"]["bf16"]["size_vs_fp32"] == pytest.approx(0.5, abs=0.05)
+    gate = DEPLOY.gate(lake, cfg, {**registered, "date": DATE})
+    assert gate["success"] and "fp32" in gate["eligible_variants"]
+
+    serving = load_serving(lake, "hf-causal-lm", "candidate", "fp32", "cpu", workload.serving)
+    prompts = ["Log a.\nItem 1: a small red circle at the top.\nItem 2:", "Log b.\nItem 1:"]
+    outputs = serving.generate(prompts, [0, 1])
+    assert [o["prompt_tokens"] for o in outputs] == [len(tok(p, add_special_tokens=False)["input_ids"])
+                                                    for p in prompts]
+    assert all(o["new_tokens"] <= 6 for o in outputs) and any(o["text"] for o in outputs)
+    assert serving.generate(prompts[::-1], [1, 0]) == outputs[::-1]  # whatever the batch order
