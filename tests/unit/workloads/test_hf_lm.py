@@ -141,3 +141,19 @@ def test_stages_1_to_4_fine_tune_register_and_serve_the_base(tmp_path, arch):
                                                     for p in prompts]
     assert all(o["new_tokens"] <= 6 for o in outputs) and any(o["text"] for o in outputs)
     assert serving.generate(prompts[::-1], [1, 0]) == outputs[::-1]  # whatever the batch order
+
+    # Stage 4 on the demo prompts (long-tailed up to ~4,500 tokens, past the 64-token context: cut to their last
+    # tokens, not refused; only the blocked ones are), batched by tokens under the config's memory model.
+    from aigc.cli import main
+
+    assert main(["generate", "--workload", "hf-causal-lm", "--preset", "smoke", "--lake", lake.uri, "--date", DATE,
+                 "--demo-prompts", "--model-ref", "candidate"]) == 0
+    (manifest_key,) = [k for k in lake.list("generations/hf-causal-lm") if k.endswith("_MANIFEST.json")]
+    manifest = lake.get_json(manifest_key)
+    g = cfg.generate
+    assert (manifest["generated"], manifest["refused"]) == (12, g.blocked_prompts), manifest
+    memory = serving.memory()
+    config = check_folder(local_folder("", arch))
+    kv_heads = config.get("num_key_value_heads") or config.get("n_head") or config["num_attention_heads"]
+    heads = config.get("num_attention_heads") or config["n_head"]
+    assert memory.kv_width == kv_heads * memory.width // heads  # llama: 2 of 4 heads cached

@@ -7,7 +7,8 @@ small demo base built from a config, with random weights), loaded by ``AutoModel
 workload's drops and counts each document's tokens in the base's tokenizer (``records``); stage 2 fine-tunes every
 weight under the DDP core, ranks balanced by those tokens (``training``); stage 3 registers the weights with the
 base pinned by hash and builds fp32 and bf16 variants, each checked against fp32 on the smoke prompts; stage 4
-generates greedy continuations with ``generate`` and its KV cache (``serving``). Stage 5 (perplexity against the
+generates greedy continuations with ``generate`` and its KV cache, batched by tokens under a memory model derived
+from the config (``serving``). Stage 5 (perplexity against the
 base and the figures that need no grammar) is not written yet: ``aigc evaluate`` refuses this workload by name.
 """
 
@@ -107,6 +108,12 @@ class HFCausalLMWorkload(Workload):
 
     def output_row(self, output):
         return output
+
+    def shard_model(self, lake, plan, cfg):
+        from aigc.workloads.hf_lm.serving import HFServing
+        from aigc.workloads.text.serving import shard_model
+
+        return shard_model(lake, plan, cfg, HFServing)
 
     def gallery(self, rows):
         from aigc.workloads.text.serving import samples_page

@@ -74,7 +74,23 @@ class HFServing(Serving):
             continuations.append(row[: row.index(eos)] if eos in row else row)
         return continuations
 
+    def memory(self):
+        """The batcher's memory model of a batch of this model's prompts, from its config: the KV cache (layers ×
+        key/value heads × head width × (prompt + new tokens)), the prefill's transient and the last logits; the
+        element size of the variant's dtype, re-fitted from measured peaks."""
+        from aigc.workloads.text.generate import DecoderMemory
+
+        c = self.model.config
+        width = getattr(c, "hidden_size", None) or c.n_embd
+        heads = getattr(c, "num_attention_heads", None) or c.n_head
+        kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        head_width = getattr(c, "head_dim", None) or width // heads
+        return DecoderMemory(layers=getattr(c, "num_hidden_layers", None) or c.n_layer, width=width, heads=heads,
+                             vocab=c.vocab_size, new_tokens=self.new_tokens, kv_width=kv_heads * head_width,
+                             bytes_per_unit=float(next(self.model.parameters()).element_size()))
+
     def generate(self, prompts, seeds):
         ids = self.prompt_ids(prompts)
         return [{"text": self.tokenizer.decode(new), "prompt_tokens": len(p), "new_tokens": len(new)}
                 for p, new in zip(ids, self.continue_ids(ids), strict=True)]
+

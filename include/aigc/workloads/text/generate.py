@@ -47,7 +47,8 @@ class DecoderMemory(MemoryModel):
     """The batcher's memory model for decoding: what really grows with a batch of b prompts padded to L, each
     asking for N new tokens, in a model of ``layers`` × ``width`` (elements; ``k`` bytes each, 4 for fp32):
 
-    * the KV cache, kept for the whole batch: 2 · layers · (L + N) · width per sequence;
+    * the KV cache, kept for the whole batch: 2 · layers · (L + N) · kv_width per sequence (``kv_width``: the width,
+      or with grouped-query attention key/value heads × head width);
     * the prefill's largest transient, one layer at a time: the qkv projection and its rotated copies, the
       attention output, the MLP's hidden layer before and after its activation and the residual stream,
       ≈ 16 · L · width per sequence (measured: 21.4 MiB for one 4,096-token prompt at 2 × 64, of which this
@@ -59,13 +60,15 @@ class DecoderMemory(MemoryModel):
     The prior ``k`` is re-fitted from measured peaks like any ``MemoryModel``."""
 
     def __init__(self, *, layers: int, width: int, heads: int, vocab: int, new_tokens: int,
-                 materialised: bool = False, base_bytes: int = 0, bytes_per_unit: float = 4.0):
+                 materialised: bool = False, base_bytes: int = 0, bytes_per_unit: float = 4.0,
+                 kv_width: int | None = None):
         super().__init__(width=width, bytes_per_unit=bytes_per_unit, base_bytes=base_bytes)
         self.layers, self.heads, self.vocab, self.new_tokens = layers, heads, vocab, new_tokens
         self.materialised = materialised
+        self.kv_width = kv_width or width  # grouped-query attention caches fewer key/value heads than it queries
 
     def per_sequence(self, length: int) -> float:
-        units = 2 * self.layers * (length + self.new_tokens) * self.width + 16 * length * self.width + self.vocab
+        units = 2 * self.layers * (length + self.new_tokens) * self.kv_width + 16 * length * self.width + self.vocab
         if self.materialised:
             units += self.heads * length * length
         return float(units)

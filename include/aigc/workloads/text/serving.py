@@ -51,15 +51,17 @@ class TextServing(Serving):
                              new_tokens=self.new_tokens, bytes_per_unit=float(next(m.parameters()).element_size()))
 
 
-def shard_model(lake, plan: dict, cfg):
+def shard_model(lake, plan: dict, cfg, serve=TextServing):
     """Stage 4's model for the core's shard engine: prompts batched by their token counts (the batcher sorts and
-    buckets them, so a batch pads little) under ``DecoderMemory``; a continuation is cached by everything that
-    determines it (version, variant, prompt, new tokens: greedy decoding ignores the seed)."""
+    buckets them, so a batch pads little) under the serving's memory model (``DecoderMemory``); a prompt longer than
+    the context keeps its last tokens, so only ``max_chars`` refuses one; a continuation is cached by everything that
+    determines it (version, variant, prompt, new tokens: greedy decoding ignores the seed). ``serve``: any decoder
+    serving with ``prompt_ids``, ``continue_ids``, ``memory`` and a tokenizer (the hf-causal-lm workload's too)."""
     import json
 
     from aigc.generate.engine import ShardModel, load_for_shard
 
-    serving, device = load_for_shard(lake, plan, TextServing)
+    serving, device = load_for_shard(lake, plan, serve)
 
     def finish(ids: list[int], tokens: list[int]) -> tuple[dict, bytes]:
         values = {"text": serving.tokenizer.decode(tokens), "prompt_tokens": len(ids), "new_tokens": len(tokens)}
