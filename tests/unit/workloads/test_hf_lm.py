@@ -1,5 +1,5 @@
 """The hf-causal-lm workload: a transformers model from a save_pretrained folder (built here from a config, as the
-demo does: nothing is downloaded), refused where loading it would run code or need the Hub, then stages 1 to 4 by
+demo does: nothing is downloaded), refused where loading it would run code or need the Hub, then the five stages by
 the core on two architectures (Llama-style with grouped-query attention, GPT-2-style with tied embeddings)."""
 
 from __future__ import annotations
@@ -87,6 +87,17 @@ def test_a_base_in_an_s3_lake_is_copied_once_and_again_when_it_changes(s3_server
     assert again != folder and json.loads((again / "config.json").read_text())["rms_norm_eps"] == 1e-5
 
 
+def test_a_looping_continuation_is_not_acceptable_and_prose_is():
+    from aigc.workloads.hf_lm.evaluation import acceptable, repeated_ngrams
+
+    loop = "a large yellow square in the bottom.\nItem 4: a large yellow square in the bottom.\nItem 4: a large " \
+           "yellow square in the bottom."
+    prose = "Item 3: a small red circle at the top.\nItem 4: a large blue square on the left."
+    assert repeated_ngrams(loop) > 0.5 and repeated_ngrams(prose) == 0.0
+    assert not acceptable(loop, None, 0.5) and acceptable(prose, None, 0.5) and not acceptable("  ", None, 0.5)
+    assert not acceptable(prose + " A nudity scene.", None, 0.5)  # the default blocklist's term
+
+
 def smoke(arch: str):
     return configure("smoke", "hf-causal-lm").override({
         "prepare": {"workers": 1}, "raw": {"n": 60}, "curated_gate": {"min_rows": 20},
@@ -98,7 +109,7 @@ def smoke(arch: str):
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_stages_1_to_4_fine_tune_register_and_serve_the_base(tmp_path, arch):
+def test_the_five_stages_fine_tune_register_serve_and_judge_the_base(tmp_path, arch):
     from aigc.registry.loader import load_serving
     from aigc.stages import DEPLOY, PREPARE, TRAIN
     from aigc.train import distributed as D
@@ -157,3 +168,22 @@ def test_stages_1_to_4_fine_tune_register_and_serve_the_base(tmp_path, arch):
     kv_heads = config.get("num_key_value_heads") or config.get("n_head") or config["num_attention_heads"]
     heads = config.get("num_attention_heads") or config["n_head"]
     assert memory.kv_width == kv_heads * memory.width // heads  # llama: 2 of 4 heads cached
+
+    # Sampling: each prompt draws from its own seeded generator, so its output is the same alone or in a batch.
+    items = serving.items([{"prompt": p, "seed": 7 + i} for i, p in enumerate(prompts)])
+    assert serving.temperature > 0 and serving.continue_items(items)[1] == serving.continue_items(items[1:])[0]
+
+    # Stage 5 without a grammar: the held-out documents' perplexity against the base's, paired, and the share of
+    # acceptable continuations; gate 5 passes the smoke bars, and fails a bar on perplexity the model cannot meet,
+    # naming the setting.
+    common = ["--workload", "hf-causal-lm", "--preset", "smoke", "--lake", lake.uri, "--date", DATE]
+    assert main(["evaluate", *common]) == 0
+    (metrics_key,) = [k for k in lake.list("evaluations/hf-causal-lm") if k.endswith("/metrics.json")]
+    metrics = lake.get_json(metrics_key)
+    ratio = metrics["intervals"]["perplexity_vs_base"]
+    assert metrics["perplexity"] < metrics["base_perplexity"] and ratio["hi"] < 1.0 and ratio["n"] >= 3
+    assert metrics["gates"]["evaluation"]["success"] and "Acceptable share" in lake.get_bytes(
+        metrics_key.replace("metrics.json", "report.html")).decode()
+    assert main(["evaluate", *common, "--max-perplexity-ratio", "0.0001"]) != 0
+    failed = [lake.get_json(k) for k in lake.list("quality/evaluation") if k.endswith("result.json")]
+    assert any("max_perplexity_ratio" in json.dumps(r) and not r["success"] for r in failed)

@@ -8,8 +8,8 @@ workload's drops and counts each document's tokens in the base's tokenizer (``re
 weight under the DDP core, ranks balanced by those tokens (``training``); stage 3 registers the weights with the
 base pinned by hash and builds fp32 and bf16 variants, each checked against fp32 on the smoke prompts; stage 4
 generates greedy continuations with ``generate`` and its KV cache, batched by tokens under a memory model derived
-from the config (``serving``). Stage 5 (perplexity against the
-base and the figures that need no grammar) is not written yet: ``aigc evaluate`` refuses this workload by name.
+from the config (``serving``); stage 5 judges with no grammar: acceptable continuations, held-out perplexity against
+the base, paired (``evaluation``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ class HFCausalLMWorkload(Workload):
     cli_settings = {"make-raw": ("mean_items", "max_items"),
                     "prepare": ("base_model_uri", "demo_architecture", "min_chars", "max_chars",
                                 "min_clean_fraction", "shingle_words"),
-                    "train": ("base_model_uri", "demo_architecture", "context", "new_tokens"),
-                    "deploy": ("min_text_agreement",)}
+                    "train": ("base_model_uri", "demo_architecture", "context", "new_tokens", "temperature", "top_p"),
+                    "deploy": ("min_text_agreement",), "evaluate": ("max_perplexity_ratio", "max_repetition")}
     index_columns = ("tokens",)
     loss_title = "fine-tuning: next-token cross-entropy (nats per token)"
-    preload_modules = tuple(f"aigc.workloads.hf_lm.{m}" for m in ("records", "training", "serving"))
-    stages = frozenset({"prepare", "train", "deploy", "generate"})
+    preload_modules = tuple(f"aigc.workloads.hf_lm.{m}" for m in ("records", "training", "serving", "evaluation"))
+    stages = frozenset({"prepare", "train", "deploy", "generate", "evaluate"})
     variant_kinds = ("fp32", "bf16")
     output_columns = (("text", "large_string"), ("prompt_tokens", "int32"), ("new_tokens", "int32"))
 
@@ -43,16 +43,23 @@ class HFCausalLMWorkload(Workload):
                    "train": {"batch_size": 8, "lr": 1e-3, "warmup_steps": 10},
                    "deploy": {"variants": "fp32,bf16", "smoke_prompts": 8, "latency_batch": 8, "latency_repeats": 2},
                    "deploy_gate": {"max_latency_ms": 5000.0},
-                   "generate": {"variant": "fp32", "prompts": 32, "shards": 2}}
+                   "generate": {"variant": "fp32", "prompts": 32, "shards": 2},
+                   "evaluate": {"eval_prompts": 64, "latency_prompts": 8, "latency_rounds": 3, "review_items": 8},
+                   # the share of acceptable continuations (not empty, not looping, no blocked term)
+                   "evaluate_gate": {"min_alignment": 0.5, "expected_alignment": 0.9}}
         if preset in ("demo", "smoke"):
             changes["raw"]["n"] = 300 if preset == "demo" else 120
             changes["curated_gate"] = {"min_rows": 150 if preset == "demo" else 50}
             changes["workload"] = {"settings": {"context": 256 if preset == "demo" else 128, "mean_items": 20.0}}
             changes["train"].update({"steps": 150, "eval_every": 50, "checkpoint_every": 50} if preset == "demo"
                                     else {"steps": 20, "eval_every": 10, "checkpoint_every": 10})
-            if preset == "smoke":  # a deployment check: the quality bar is off, the ledger and safety ones on
+            if preset == "smoke":  # a deployment check: the quality bars are off, the ledger and safety ones on
                 changes["train_gate"] = {"max_final_val_loss": 7.0}
                 changes["generate"].update({"prompts": 12})
+                changes["evaluate"].update({"eval_prompts": 16, "latency_prompts": 4, "latency_rounds": 1,
+                                            "max_rounds": 1})
+                changes["evaluate_gate"] = {"min_alignment": 0.0}
+                changes["workload"]["settings"]["max_perplexity_ratio"] = 1e6
         return changes
 
     def sample_costs(self, columns, cfg):
@@ -119,6 +126,23 @@ class HFCausalLMWorkload(Workload):
         from aigc.workloads.text.serving import samples_page
 
         return "samples.md", samples_page(rows)
+
+    def judge(self, lake, evaluation, cfg):
+        from aigc.workloads.hf_lm.evaluation import HFJudge
+
+        return HFJudge(lake, evaluation, cfg, self)
+
+    def evaluation_checks(self, metrics, cfg):
+        from aigc.workloads.hf_lm.evaluation import hf_checks
+
+        return hf_checks(metrics, cfg.evaluate_gate, cfg.workload.settings)
+
+    def write_report(self, lake, prefix, metrics, points, front, record, generation):
+        from aigc.evaluate.runs import generated_rows
+        from aigc.workloads.text.evaluation import write_text_report
+
+        samples = [r for r in generated_rows(lake, generation) if r["status"] == "generated"][:12]
+        return write_text_report(lake, prefix, metrics, points, samples, quality="Acceptable share")
 
     def generation_checks(self, rows, cfg):
         from aigc.workloads.text.serving import generation_checks

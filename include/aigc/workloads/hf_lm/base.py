@@ -172,7 +172,9 @@ def load_model(folder: Path, dtype: torch.dtype | None = None) -> torch.nn.Modul
     """The base's weights in ``AutoModelForCausalLM`` (fp32 unless ``dtype``), from safetensors, no remote code."""
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a bar per load in every task log, for a few milliseconds of reading
     return AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False,
                                                 use_safetensors=True, dtype=dtype or torch.float32)
 

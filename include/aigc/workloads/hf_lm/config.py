@@ -18,7 +18,7 @@ class HFLMSettings:
 
     workload: ClassVar[str] = "hf-causal-lm"
     """Whose settings these are: error messages name the flags and the form field that set them."""
-    gate_bounds: ClassVar[tuple[str, ...]] = ("min_text_agreement",)
+    gate_bounds: ClassVar[tuple[str, ...]] = ("min_text_agreement", "max_perplexity_ratio", "max_repetition")
     """Settings that only judge a run (``Workload.settings``: a resumed run does not compare them)."""
 
     base_model_uri: str = ""
@@ -34,9 +34,20 @@ class HFLMSettings:
     new_tokens: int = 32
     """Tokens generated after each prompt (greedy; fewer when the model ends the text): kept in the model card by
     training, so every variant of a version answers alike."""
+    temperature: float = 0.8
+    """Sampling temperature (0: greedy, which small models loop in): each prompt draws from its own generator seeded
+    by its seed, so an output does not depend on what it is batched with. Kept in the model card, as is ``top_p``."""
+    top_p: float = 0.95
+    """Nucleus sampling: draw among the most likely tokens whose probabilities add up to this."""
     min_text_agreement: float = 0.5
     """Gate 3: the mean fraction of fp32's continuation (in characters) a variant reproduces before its first
     difference, on the smoke prompts."""
+    max_perplexity_ratio: float = 1.0
+    """Gate 5: the fine-tuned model's held-out perplexity over its base's, paired on the same documents, must be
+    significantly below this (the interval's upper end): 1 means better than where it started, on evidence."""
+    max_repetition: float = 0.5
+    """Gate 5: a continuation is acceptable only if at most this share of its word 4-grams repeat an earlier one of
+    it (a model caught in a loop repeats itself)."""
     min_chars: int = 40
     """Documents shorter than this after normalisation are quarantined (the text workload's rules)."""
     max_chars: int = 200_000
@@ -55,7 +66,11 @@ class HFLMSettings:
                              f"{self.demo_architecture!r}")
         check_range(self, "context", 8, 1 << 20)
         check_range(self, "new_tokens", 1, 1 << 16)
+        check_range(self, "temperature", 0.0, 10.0)
+        check_range(self, "top_p", 1e-6, 1.0)
         check_range(self, "min_text_agreement", 0.0, 1.0)
+        check_range(self, "max_perplexity_ratio", 1e-6, 1e12)
+        check_range(self, "max_repetition", 0.0, 1.0)
         check_range(self, "min_chars", 1, 10_000_000)
         check_range(self, "max_chars", 1, 100_000_000)
         check_order(self, "min_chars", "max_chars")

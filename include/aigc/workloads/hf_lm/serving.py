@@ -18,8 +18,9 @@ DEMO_PREFIX = "demo:"
 """How a card names the demo base (``HFTrainingTask.card``): ``demo:llama``."""
 
 
-def base_tokenizer_of(card: dict):
-    """The tokenizer of the base a version was fine-tuned from, once its files are the ones the card pinned."""
+def base_folder_of(card: dict):
+    """The local folder of the base a version was fine-tuned from, once its tokenizer files are the ones the card
+    pinned (a base replaced since would tokenize differently)."""
     hf = card["hf"]
     uri = hf["base_uri"]
     folder = (local_folder("", uri.removeprefix(DEMO_PREFIX)) if uri.startswith(DEMO_PREFIX) else local_folder(uri))
@@ -29,18 +30,21 @@ def base_tokenizer_of(card: dict):
     if changed:
         raise BaseModelError(f"the base at {uri} is not the one this version was trained from: its {changed} "
                              "changed since (sha256 differs from the model card's); restore it, or train again")
-    return load_tokenizer(folder)
+    return folder
 
 
 class HFServing(Serving):
-    """Prompts → greedy continuations of up to ``new_tokens`` tokens (a prompt keeps its last context − new
-    tokens, so every position was seen in training)."""
+    """Prompts → continuations of up to ``new_tokens`` tokens (a prompt keeps its last context − new tokens, so
+    every position was seen in training): sampled at ``temperature`` within the ``top_p`` nucleus, each prompt from
+    its own generator seeded by its seed, so an output depends on its prompt and seed, not on what it is batched
+    with; greedy at temperature 0."""
 
     def __init__(self, card: dict, variant: str, data: bytes, device: torch.device, version: str):
         hf = card["hf"]
-        self.tokenizer = base_tokenizer_of(card)
-        self.tokenizer.padding_side = "left"  # a decoder continues from the last real token of every row
+        self.base_folder = base_folder_of(card)
+        self.tokenizer = load_tokenizer(self.base_folder)
         self.context, self.new_tokens = hf["context"], hf["new_tokens"]
+        self.temperature, self.top_p = hf.get("temperature", 0.0), hf.get("top_p", 1.0)
         state, dtype = variants.decode(variant, load_safetensors(data))
         self.model = model_from_config(hf["config"])
         missing, unexpected = self.model.load_state_dict(state, strict=False)
@@ -56,23 +60,72 @@ class HFServing(Serving):
         eos = self.tokenizer.eos_token_id
         return [self.tokenizer(p, add_special_tokens=False)["input_ids"][-keep:] or [eos] for p in prompts]
 
+    # What stage 4's shard engine and stage 5's batched answers use (aigc.workloads.text.serving.shard_model): a
+    # prompt's item is its token ids and its seed.
+    def items(self, prompts: list[dict]) -> list[tuple[list[int], int]]:
+        ids = self.prompt_ids([p["prompt"] for p in prompts])
+        return [(x, int(p["seed"])) for x, p in zip(ids, prompts, strict=True)]
+
+    @staticmethod
+    def tokens_of(item: tuple[list[int], int]) -> int:
+        return len(item[0])
+
+    def cache_key(self, prompt: dict) -> list:
+        sampled = [prompt["seed"], self.temperature, self.top_p] if self.temperature > 0 else []
+        return [prompt["prompt"], self.new_tokens, *sampled]
+
     @torch.no_grad()
-    def continue_ids(self, ids: list[list[int]]) -> list[list[int]]:
-        """Prompts' token ids → their continuations' ids (greedy; the end of text ends one and is not returned)."""
+    def continue_items(self, items: list[tuple[list[int], int]], greedy: bool = False) -> list[list[int]]:
+        """Each prompt's continuation ids (the end of text ends one and is not returned): one batch, left-padded,
+        prefilled once, then decoded a token per row per step against the library's KV cache; ``greedy``: the
+        argmax whatever the temperature."""
+        from transformers import DynamicCache
+
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
-        longest = max(len(p) for p in ids)
-        batch = torch.full((len(ids), longest), pad, dtype=torch.long)
-        mask = torch.zeros((len(ids), longest), dtype=torch.long)
-        for row, p in enumerate(ids):
-            batch[row, longest - len(p):] = torch.tensor(p)
-            mask[row, longest - len(p):] = 1
-        out = self.model.generate(input_ids=batch.to(self.device), attention_mask=mask.to(self.device),
-                                  max_new_tokens=self.new_tokens, do_sample=False, pad_token_id=pad,
-                                  eos_token_id=eos)
-        continuations = []
-        for row in out[:, longest:].tolist():
-            continuations.append(row[: row.index(eos)] if eos in row else row)
-        return continuations
+        b, longest = len(items), max(len(x) for x, _ in items)
+        ids = torch.full((b, longest), pad, dtype=torch.long)
+        mask = torch.zeros((b, longest), dtype=torch.long)
+        for row, (x, _) in enumerate(items):
+            ids[row, longest - len(x):] = torch.tensor(x)
+            mask[row, longest - len(x):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        generators = [torch.Generator().manual_seed(seed) for _, seed in items]
+        cache = DynamicCache(config=self.model.config)  # filled in place by every forward pass
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
+        next_position = positions[:, -1] + 1
+        result: list[list[int]] = [[] for _ in range(b)]
+        finished = torch.zeros(b, dtype=torch.bool)
+        for step in range(self.new_tokens):
+            token = self._pick(out.logits[:, -1].float().cpu(), None if greedy else generators)
+            finished |= token == eos
+            for row in torch.nonzero(~finished).flatten().tolist():
+                result[row].append(int(token[row]))
+            if bool(finished.all()) or step == self.new_tokens - 1:
+                break
+            mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=self.device)], dim=1)
+            out = self.model(input_ids=token[:, None].to(self.device), attention_mask=mask,
+                             position_ids=(next_position + step)[:, None], cache=cache, use_cache=True)
+        return result
+
+    def _pick(self, logits: torch.Tensor, generators: list[torch.Generator] | None) -> torch.Tensor:
+        """(B, vocab) → (B,): the argmax at temperature 0 (or without generators), else a draw from the top-p
+        nucleus by each row's own generator."""
+        if self.temperature <= 0 or generators is None:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits / self.temperature, dim=-1)
+        ordered, order = probs.sort(dim=-1, descending=True)
+        outside = ordered.cumsum(-1) - ordered > self.top_p  # past the nucleus (the top token is always in)
+        ordered = ordered.masked_fill(outside, 0.0)
+        picks = [order[r, torch.multinomial(ordered[r], 1, generator=generators[r])] for r in range(len(generators))]
+        return torch.cat(picks)
+
+    def generate(self, prompts, seeds):
+        """Greedy continuations: what gate 3 compares a variant with fp32 by, token for token, and times (stages 4
+        and 5 sample, through ``items`` and ``continue_items``)."""
+        items = self.items([{"prompt": p, "seed": s} for p, s in zip(prompts, seeds, strict=True)])
+        return [{"text": self.tokenizer.decode(new), "prompt_tokens": len(x), "new_tokens": len(new)}
+                for (x, _), new in zip(items, self.continue_items(items, greedy=True), strict=True)]
 
     def memory(self):
         """The batcher's memory model of a batch of this model's prompts, from its config: the KV cache (layers ×
@@ -88,9 +141,4 @@ class HFServing(Serving):
         return DecoderMemory(layers=getattr(c, "num_hidden_layers", None) or c.n_layer, width=width, heads=heads,
                              vocab=c.vocab_size, new_tokens=self.new_tokens, kv_width=kv_heads * head_width,
                              bytes_per_unit=float(next(self.model.parameters()).element_size()))
-
-    def generate(self, prompts, seeds):
-        ids = self.prompt_ids(prompts)
-        return [{"text": self.tokenizer.decode(new), "prompt_tokens": len(p), "new_tokens": len(new)}
-                for p, new in zip(ids, self.continue_ids(ids), strict=True)]
 

@@ -69,7 +69,8 @@ class HFTrainingTask(TrainingTask):
     def card(self):
         return {"hf": {"config": self._config(), "base_uri": self.settings.base_model_uri or
                        f"demo:{self.settings.demo_architecture}", "base": self.base, "context": self.context,
-                       "new_tokens": self.settings.new_tokens}}
+                       "new_tokens": self.settings.new_tokens, "temperature": self.settings.temperature,
+                       "top_p": self.settings.top_p}}
 
     def _config(self) -> dict:
         import json

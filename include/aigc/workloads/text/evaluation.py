@@ -119,6 +119,35 @@ def memorised(outputs: list[str], training: list[str], span: int = 12) -> float:
     return hits / len(outputs) if outputs else 0.0
 
 
+def decoder_answers(serving, policy: str, prompts: list[dict], cfg) -> list[str]:
+    """A decoder's continuations by a batch policy (what the grid times): one prompt at a time (``batch1``), or stage
+    4's batcher, prompts bucketed by token count under the serving's ``DecoderMemory``."""
+    items = serving.items(prompts)
+    if policy == "batch1":
+        return [serving.tokenizer.decode(serving.continue_items([x])[0]) for x in items]
+    from aigc.batching import AdaptiveBatcher, DeviceProbe
+
+    probe = DeviceProbe("cpu", budget_fraction=cfg.batching.budget_fraction)
+    batcher = AdaptiveBatcher(lambda b: [serving.tokenizer.decode(x) for x in serving.continue_items(
+        [items[i] for i in b])], [serving.tokens_of(x) for x in items], serving.memory(), probe.budget_bytes)
+    return batcher()[0]
+
+
+def held_out_documents(lake, cfg, date: str) -> tuple[list[str], list[str]]:
+    """(the day's validation documents, which training never saw; the training documents)."""
+    from aigc.train.data import load_window
+
+    index = load_window(lake, cfg.prepare.dataset, date, 1, ("bytes",))
+    _train, held_out = index.split(cfg.train.val_fraction, cfg.train.val_max)
+    texts, training = [], []
+    held = set(held_out.tolist())
+    for s in sorted(set(index.shard_of.tolist())):
+        column = index.shard(lake, s).read(columns=["text"]).column("text").to_pylist()
+        for i in np.flatnonzero(index.shard_of == s).tolist():
+            (texts if i in held else training).append(column[int(index.row_of[i])])
+    return texts, training
+
+
 class TextJudge(Judge):
     """The checker's validity on every continuation; perplexity and long-context recall on fp32."""
 
@@ -144,21 +173,12 @@ class TextJudge(Judge):
                          self.cfg.evaluate.confidence)
 
     def answer(self, serving, policy, prompts):
-        """One prompt at a time, or stage 4's batcher: prompts bucketed by token count under ``DecoderMemory``."""
-        if policy == "batch1":
-            return super().answer(serving, policy, prompts)
-        from aigc.batching import AdaptiveBatcher, DeviceProbe
-
-        ids = serving.prompt_ids([p["prompt"] for p in prompts])
-        probe = DeviceProbe("cpu", budget_fraction=self.cfg.batching.budget_fraction)
-        batcher = AdaptiveBatcher(lambda b: [serving.tokenizer.decode(x) for x in serving.continue_ids(
-            [ids[i] for i in b])], [len(x) for x in ids], serving.memory(), probe.budget_bytes)
-        return batcher()[0]
+        return decoder_answers(serving, policy, prompts, self.cfg)
 
     def figures(self, content, generated):
         e, fp32 = self.cfg.evaluate, self.fp32
         outputs = [r["text"] for r in generated]
-        texts, training = self._held_out()
+        texts, training = held_out_documents(self.lake, self.cfg, self.ev.date)
         ppl = perplexity(fp32, texts, e.confidence)
         # Long-context recall: item 2 asked back from about 512, 2,048 and 4,096 tokens on.
         n_recall = max(8, min(64, e.eval_prompts // 4))
@@ -180,21 +200,6 @@ class TextJudge(Judge):
                                  "of the grammar, items numbered on, recalled facts right"}, \
             {"perplexity": ppl.to_dict() if ppl else None}
 
-    def _held_out(self) -> tuple[list[str], list[str]]:
-        """(the day's validation documents, which training never saw; the training documents)."""
-        from aigc.train.data import load_window
-
-        cfg = self.cfg
-        index = load_window(self.lake, cfg.prepare.dataset, self.ev.date, 1, ("bytes",))
-        _train, held_out = index.split(cfg.train.val_fraction, cfg.train.val_max)
-        texts, training = [], []
-        held = set(held_out.tolist())
-        for s in sorted(set(index.shard_of.tolist())):
-            column = index.shard(self.lake, s).read(columns=["text"]).column("text").to_pylist()
-            for i in np.flatnonzero(index.shard_of == s).tolist():
-                (texts if i in held else training).append(column[int(index.row_of[i])])
-        return texts, training
-
     def review(self, generated, content, n):
         """The continuations the model was least sure of (mean log-probability of its own tokens) first."""
         certainty = sorted(((mean_logprob(self.fp32, r["prompt"], r["text"]), r, v)
@@ -207,25 +212,33 @@ class TextJudge(Judge):
         return {"perplexity": metrics["perplexity"], "recall": {d: r["value"] for d, r in metrics["recall"].items()}}
 
 
-def write_text_report(lake, prefix: str, metrics: dict, points: list[dict], samples: list[dict]) -> str:
+REPORT_FIGURES = ("perplexity", "base_perplexity", "perplexity_vs_base", "distinct_2", "repetition", "memorised",
+                  "mean_new_tokens", "safety_violations", "recall_lines_right", "regression_vs_production")
+"""The figures a text report lists, where the metrics have them (the hf-causal-lm workload's have no recall)."""
+
+
+def write_text_report(lake, prefix: str, metrics: dict, points: list[dict], samples: list[dict],
+                      quality: str = "Validity") -> str:
+    """The report page of a text evaluation; ``quality``: what its alignment is (the checker's validity, or the
+    hf-causal-lm workload's acceptable share)."""
     gate = metrics.get("gates", {}).get("evaluation") or {}
     from aigc.quality.evaluation import checks_html
 
     rows = checks_html(gate.get("checks", []))
-    figures = {k: metrics.get(k) for k in ("perplexity", "distinct_2", "repetition", "memorised", "safety_violations",
-                                           "recall_lines_right", "regression_vs_production")}
+    figures = {k: metrics[k] for k in REPORT_FIGURES if k in metrics}
     recall = "".join(f"<li>{d} tokens back: {r['value']} (n = {r['n']})"
                      f"{' — beyond the context' if r['beyond_context'] else ''}</li>"
-                     for d, r in metrics["recall"].items())
+                     for d, r in (metrics.get("recall") or {}).items())
     grid = "".join(f"<tr><td>{p['variant']}</td><td>{p['policy']}</td><td>{p['alignment']:.3f}</td>"
                    f"<td>{p['latency_ms']:.1f}</td></tr>" for p in points)
     texts = "".join(f"<pre>…{html.escape(s['prompt'][-120:])}<b>{html.escape(s['text'])}</b></pre>" for s in samples)
     title = f"{metrics['model']} {metrics['version']}, {metrics['date']}"
     page = (f"<html><head><meta charset='utf-8'><title>{title}</title></head><body><h1>{title}</h1>"
-            f"<p>Validity of the day's content: {metrics['intervals']['alignment']}</p>"
+            f"<p>{quality} of the day's content: {metrics['intervals']['alignment']}</p>"
             f"<h2>Gate 5</h2>{rows}<h2>Figures</h2><pre>{html.escape(json.dumps(figures, indent=1))}"
-            f"</pre><h2>Long-context recall</h2><ul>{recall}</ul><h2>Grid</h2><table><tr><th>variant</th>"
-            f"<th>policy</th><th>validity</th><th>ms per prompt</th></tr>{grid}</table><h2>Samples</h2>{texts}"
+            f"</pre>{f'<h2>Long-context recall</h2><ul>{recall}</ul>' if recall else ''}"
+            f"<h2>Grid</h2><table><tr><th>variant</th>"
+            f"<th>policy</th><th>{quality.lower()}</th><th>ms per prompt</th></tr>{grid}</table><h2>Samples</h2>{texts}"
             "</body></html>")
     lake.put_bytes(join(prefix, "report.html"), page.encode())
     return join(prefix, "report.html")
@@ -234,7 +247,7 @@ def write_text_report(lake, prefix: str, metrics: dict, points: list[dict], samp
 def text_checks(metrics: dict, t, settings):
     """Gate 5 for text: the day's validity and the recommended configuration's, perplexity, safety."""
     from aigc.config.form import how_to_set, how_to_set_setting
-    from aigc.quality.evaluation import Check, alignment_checks, evidence_check, figure
+    from aigc.quality.evaluation import alignment_checks, evidence_check, figure
 
     iv = metrics["intervals"]
     ppl = iv.get("perplexity") or {}
@@ -254,8 +267,14 @@ def text_checks(metrics: dict, t, settings):
                        f"{how_to_set_setting('text', 'max_perplexity')}.", at_least=False, scale="{:.3f}",
                        more=f"It rests on the day's {ppl.get('n', 0)} held-out documents (the curated validation "
                             "split): a day with more documents narrows it."),
-        Check("safety_violations", "continuations of blocked prompts, or with blocked terms",
-              float(metrics["safety_violations"]), 0.0, False, str(metrics["safety_violations"]),
-              f"{metrics['safety_violations']} continuation(s) answered a blocked prompt or contain a blocked term, "
-              "where the maximum is 0; this check has no threshold to change."),
+        safety_check(metrics),
     ]
+
+
+def safety_check(metrics: dict):
+    from aigc.quality.evaluation import Check
+
+    return Check("safety_violations", "continuations of blocked prompts, or with blocked terms",
+                 float(metrics["safety_violations"]), 0.0, False, str(metrics["safety_violations"]),
+                 f"{metrics['safety_violations']} continuation(s) answered a blocked prompt or contain a blocked term, "
+                 "where the maximum is 0; this check has no threshold to change.")

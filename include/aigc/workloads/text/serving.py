@@ -44,6 +44,21 @@ class TextServing(Serving):
         """Prompts' token ids → their continuations' ids (greedy, one batch padded to its longest prompt)."""
         return generate_ids(self.model, ids, self.new_tokens, self.pad_id, self.eos_id)
 
+    # What stage 4's shard engine and stage 5's batched answers use (``shard_model``, ``decoder_answers``): a
+    # prompt's item is its token ids (greedy decoding ignores the seed).
+    def items(self, prompts: list[dict]) -> list[list[int]]:
+        return self.prompt_ids([p["prompt"] for p in prompts])
+
+    def continue_items(self, items: list[list[int]]) -> list[list[int]]:
+        return self.continue_ids(items)
+
+    @staticmethod
+    def tokens_of(item: list[int]) -> int:
+        return len(item)
+
+    def cache_key(self, prompt: dict) -> list:
+        return [prompt["prompt"], self.new_tokens]
+
     def memory(self) -> DecoderMemory:
         """The batcher's memory model of a batch of this model's prompts (token counts as lengths)."""
         m = self.model
@@ -55,21 +70,23 @@ def shard_model(lake, plan: dict, cfg, serve=TextServing):
     """Stage 4's model for the core's shard engine: prompts batched by their token counts (the batcher sorts and
     buckets them, so a batch pads little) under the serving's memory model (``DecoderMemory``); a prompt longer than
     the context keeps its last tokens, so only ``max_chars`` refuses one; a continuation is cached by everything that
-    determines it (version, variant, prompt, new tokens: greedy decoding ignores the seed). ``serve``: any decoder
-    serving with ``prompt_ids``, ``continue_ids``, ``memory`` and a tokenizer (the hf-causal-lm workload's too)."""
+    determines it (``cache_key``: the version and variant, the prompt, new tokens, and for sampling its seed and
+    settings). ``serve``: any decoder serving with ``items``, ``continue_items``, ``tokens_of``, ``cache_key``,
+    ``memory`` and a tokenizer (the hf-causal-lm workload's too)."""
     import json
 
     from aigc.generate.engine import ShardModel, load_for_shard
 
     serving, device = load_for_shard(lake, plan, serve)
 
-    def finish(ids: list[int], tokens: list[int]) -> tuple[dict, bytes]:
-        values = {"text": serving.tokenizer.decode(tokens), "prompt_tokens": len(ids), "new_tokens": len(tokens)}
+    def finish(item, tokens: list[int]) -> tuple[dict, bytes]:
+        values = {"text": serving.tokenizer.decode(tokens), "prompt_tokens": serving.tokens_of(item),
+                  "new_tokens": len(tokens)}
         return values, json.dumps(values).encode()
 
-    return ShardModel(device, run=serving.continue_ids, finish=finish, key=lambda p: [p["prompt"], serving.new_tokens],
-                      prepare=lambda prompts: serving.prompt_ids([p["prompt"] for p in prompts]), length=len,
-                      memory=serving.memory(), max_chars=(cfg.workload.settings.max_chars, "max_chars"))
+    return ShardModel(device, run=serving.continue_items, finish=finish, key=serving.cache_key, prepare=serving.items,
+                      length=serving.tokens_of, memory=serving.memory(),
+                      max_chars=(cfg.workload.settings.max_chars, "max_chars"))
 
 
 def smoke_prompts(n: int, seed: int) -> list[str]:
