@@ -37,7 +37,7 @@ $(foreach setting,$(AIRFLOW_SETTINGS),$(eval export $(subst =, ?= ,$(setting))))
 .PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full bench-gpu lint clean secrets
 
 help:
-	@echo "make demo     - set up, then run the pipeline DAG for $(DEMO_DATE) on the local lake (WORKLOAD=text: the text workload)"
+	@echo "make demo     - set up, then run the pipeline DAG for $(DEMO_DATE) on the local lake (WORKLOAD=text: the text workload; WORKLOAD=hf-causal-lm [HF_MODEL=folder]: a transformers model)"
 	@echo "make test     - set up, then the whole test suite (unit, DAG, S3 server, end to end)"
 	@echo "make test-reliability - the fault-injection suite alone (S3 faults through a proxy, lost replies)"
 	@echo "make airflow  - the Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) (login printed)"
@@ -72,8 +72,12 @@ install: $(AIRFLOW_HOME)/.pools
 # `aigc status` at the end whether the run passed or failed.
 # WORKLOAD=text: the text workload's five stages instead of the image workload's.
 WORKLOAD ?= image
+# WORKLOAD=hf-causal-lm HF_MODEL=<folder or lake URI>: your transformers model (save_pretrained layout) as the base;
+# without HF_MODEL, a small demo base with random weights (docs/hf-causal-lm.md).
+HF_MODEL ?=
 demo: install
-	$(BIN)/python -m aigc.devtools.demo --date $(DEMO_DATE) --workload $(WORKLOAD) --log $(AIRFLOW_HOME)/demo.log
+	$(BIN)/python -m aigc.devtools.demo --date $(DEMO_DATE) --workload $(WORKLOAD) --log $(AIRFLOW_HOME)/demo.log \
+		$(if $(HF_MODEL),--base-model "$(HF_MODEL)")
 
 # The Compose deployment's .env: nothing installed, the standard library only (aigc/devtools/env_secrets.py).
 secrets:

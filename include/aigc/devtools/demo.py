@@ -80,6 +80,12 @@ def run_dag_test(date: str, conf: dict, env: dict, log: Path, out: TextIO = sys.
     return proc.returncode
 
 
+def base_model_location(value: str) -> str:
+    """A folder as the absolute path a trigger must give (a worker's working folder is nobody's choice); a URI as
+    it is."""
+    return value if "://" in value else str(Path(value).expanduser().resolve())
+
+
 def status(date: str, env: dict, workload: str) -> int:
     return subprocess.run([str(Path(sys.executable).parent / "aigc"), "status", "--date", date, "--workload", workload],
                           env=env).returncode
@@ -91,9 +97,17 @@ def main() -> int:
     ap.add_argument("--log", type=Path, required=True, help="the full task log")
     ap.add_argument("--preset", default="demo")
     ap.add_argument("--workload", required=True, help="image or text (the Makefile's WORKLOAD), or any workload's name")
+    ap.add_argument("--base-model", default="", help="the hf-causal-lm workload's base: a save_pretrained folder or "
+                                                     "lake URI (the Makefile's HF_MODEL); empty: its demo base")
     args = ap.parse_args()
     env = dict(os.environ)
-    code = run_dag_test(args.date, {"preset": args.preset, "workload": args.workload}, env, args.log)
+    conf = {"preset": args.preset, "workload": args.workload}
+    if args.base_model:
+        conf["settings"] = {"base_model_uri": base_model_location(args.base_model)}
+        # Whoever runs `make demo HF_MODEL=…` is the operator: the folder is theirs to allow (AIGC_ALLOWED_ROOTS).
+        env["AIGC_ALLOWED_ROOTS"] = ",".join(filter(None, [env.get("AIGC_ALLOWED_ROOTS"),
+                                                            conf["settings"]["base_model_uri"]]))
+    code = run_dag_test(args.date, conf, env, args.log)
     status(args.date, env, args.workload)  # the summary, on failure too: which gate failed and where its report is
     if code:
         print(f"demo failed: the lines above say which task and gate; full log in {args.log}", file=sys.stderr)

@@ -1,0 +1,44 @@
+"""The hf-causal-lm workload through Airflow: `make demo WORKLOAD=hf-causal-lm HF_MODEL=<folder>` as a DAG run, the
+base model a user's save_pretrained folder named in the trigger form's workload settings."""
+
+from __future__ import annotations
+
+import io
+import uuid
+
+import pytest
+
+from aigc.devtools.demo import run_dag_test
+from aigc.lake import open_lake
+from aigc.workloads.hf_lm.base import fingerprint, local_folder
+from tests.integration.test_dag_end_to_end import ROOT, airflow_env  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.airflow
+DATE = "2026-11-28"
+
+
+def test_a_users_model_folder_named_in_the_form_goes_through_the_five_stages(airflow_env, tmp_path):  # noqa: F811
+    folder = local_folder("", "gpt2")  # a save_pretrained folder, as a user's would be
+    lake = open_lake(str(tmp_path / "lake"))
+    env = {**airflow_env, "AIGC_LAKE_URI": lake.uri, "AIGC_ALLOWED_ROOTS": str(folder)}
+    conf = {"preset": "smoke", "workload": "hf-causal-lm", "settings": {"base_model_uri": str(folder)}}
+    artifacts = ROOT / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    log = artifacts / f"pipeline-hf-{uuid.uuid4().hex[:6]}.log"
+    console = io.StringIO()
+    rc = run_dag_test(DATE, conf, env, log, out=console, timeout_s=900)
+    assert rc == 0 and "state=failed" not in log.read_text(), log.read_text()[-4000:]
+    assert "gate evaluation: PASS" in console.getvalue()
+    (card_key,) = [k for k in lake.list("training/hf-causal-lm") if k.endswith("/model.json")]
+    card = lake.get_json(card_key)["hf"]
+    assert card["base_uri"] == str(folder) and card["base"]["sha256"] == fingerprint(folder)["sha256"]
+    assert card["config"]["model_type"] == "gpt2"
+    assert lake.get_json("models/hf-causal-lm/aliases.json")["aliases"]["production"] == "v0001"
+
+    # A folder outside the roots the deployment allows is refused before anything is read or written.
+    refused = {**conf, "settings": {"base_model_uri": str(tmp_path / "elsewhere")}}
+    log = artifacts / f"pipeline-hf-refused-{uuid.uuid4().hex[:6]}.log"
+    rc = run_dag_test("2026-11-29", refused, env, log, out=io.StringIO(), timeout_s=600)
+    text = log.read_text()
+    assert (rc != 0 or "state=failed" in text) and "'settings.base_model_uri'" in text and "AIGC_ALLOWED_ROOTS" in text
+    assert not lake.list("curated/docs/dt=2026-11-29")
