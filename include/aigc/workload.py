@@ -304,6 +304,11 @@ class Workload(ABC):
     def training_task(self, lake: Lake, index: WindowIndex, cfg: PipelineConfig) -> TrainingTask:
         """This rank's training task over the window ``index``."""
 
+    def training_checks(self, summary: dict, cfg: PipelineConfig) -> list:
+        """Gate 2's tables (``aigc.quality.gate.Table``) beyond the core's, on the run's stored ``_SUMMARY.json``
+        (which holds what ``TrainingTask.stats`` added): e.g. a fine-tuned model against its base."""
+        return []
+
     def require(self, stage: str) -> None:
         """Refuse a stage this workload has no hooks for yet, by name, instead of running another model's code."""
         if stage not in self.stages:

@@ -136,6 +136,14 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_the_base(tmp_path, a
     assert card["hf"]["base"]["sha256"] == fingerprint(local_folder("", arch))["sha256"]
     assert card["hf"]["config"]["model_type"] == arch and card["hf"]["base_uri"] == f"demo:{arch}"
 
+    # Gate 2 holds the run against its base: perplexity on the run's validation documents, paired.
+    versus = summary["versus_base"]
+    assert versus["perplexity"] < versus["base_perplexity"] and versus["ratio"]["hi"] < 1.0
+    strict = cfg.override({"workload": {"settings": {"max_perplexity_ratio": 1e-4}}})
+    from aigc.quality.gate import GateFailed
+
+    with pytest.raises(GateFailed, match=r"not significantly below 0\.0001.*max_perplexity_ratio"):
+        TRAIN.gate(lake, strict, summary)
     TRAIN.finish(lake, cfg, summary)
     registered = DEPLOY.register(lake, DATE, cfg)
     built = DEPLOY.build(lake, cfg, registered["version"])

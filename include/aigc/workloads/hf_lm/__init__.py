@@ -90,6 +90,11 @@ class HFCausalLMWorkload(Workload):
 
         return HFTrainingTask(lake, index, cfg)
 
+    def training_checks(self, summary, cfg):
+        from aigc.workloads.hf_lm.training import versus_base_table
+
+        return [versus_base_table(summary.get("versus_base"), cfg)]
+
     def serving(self, card, variant, data, device, version):
         from aigc.workloads.hf_lm.serving import HFServing
 

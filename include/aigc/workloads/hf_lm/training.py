@@ -33,6 +33,9 @@ class HFTrainingTask(TrainingTask):
         self.context = _context(self.settings.context, self.folder)
         self.texts = WindowTexts(lake, index)
         self._encoded: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._val = index.split(cfg.train.val_fraction, cfg.train.val_max)[1]  # the loop's validation split
+        self.confidence = cfg.evaluate.confidence
+        self.model = None
 
     def tokens(self, sample: int) -> np.ndarray:
         if sample in self._encoded:
@@ -48,7 +51,8 @@ class HFTrainingTask(TrainingTask):
         return out
 
     def build_model(self):
-        return load_model(self.folder)
+        self.model = load_model(self.folder)  # trained in place: stats() measures it against the base
+        return self.model
 
     def batch(self, samples):
         seqs = [self.tokens(int(i)) for i in samples]
@@ -85,7 +89,24 @@ class HFTrainingTask(TrainingTask):
         return None
 
     def stats(self):
-        return {"read_shards": self.texts.read_shards, "base_sha256": self.base["sha256"]}
+        return {"read_shards": self.texts.read_shards, "base_sha256": self.base["sha256"],
+                "versus_base": self.versus_base()}
+
+    def versus_base(self) -> dict | None:
+        """The trained model's held-out perplexity against its base's on the run's validation documents, paired
+        (gate 2 reads it): measured once, on the rank that writes the summary."""
+        from aigc.workloads.hf_lm.perplexity import document_nll, paired_perplexity
+
+        if self.model is None or not len(self._val):
+            return None
+        texts = [self.texts.of_sample(int(i)) for i in self._val]
+        self.model.eval()
+        tuned, counts = document_nll(self.model, self.tokenizer, texts, self.context)
+        base, _ = document_nll(load_model(self.folder).to(next(self.model.parameters()).device), self.tokenizer,
+                               texts, self.context)
+        paired = paired_perplexity(tuned, base, counts, self.confidence)
+        return {"perplexity": paired["perplexity"], "base_perplexity": paired["base_perplexity"],
+                "ratio": paired["ratio"].to_dict()}
 
 
 def _context(wanted: int, folder) -> int:
@@ -95,3 +116,28 @@ def _context(wanted: int, folder) -> int:
     config = json.loads((folder / "config.json").read_text())
     limit = config.get("max_position_embeddings") or config.get("n_positions") or wanted
     return min(wanted, int(limit) - 1)
+
+
+def versus_base_table(evidence: dict | None, cfg):
+    """Gate 2's table for a fine-tuned model: its held-out perplexity over its base's, paired on the run's validation
+    documents, must be significantly below ``max_perplexity_ratio`` (the interval's upper end): a run that made the
+    base no better at the user's documents, or that cannot show it, is not handed to deployment."""
+    import great_expectations.expectations as gxe
+    import pandas as pd
+
+    from aigc.config.form import how_to_set, how_to_set_setting
+    from aigc.quality.evaluation import figure
+    from aigc.quality.gate import Table
+
+    limit = cfg.workload.settings.max_perplexity_ratio
+    ratio = (evidence or {}).get("ratio") or {}
+    upper = ratio.get("hi")
+    frame = pd.DataFrame([{"perplexity_vs_base_hi": float("inf") if upper is None else upper}])
+    return Table("versus_base", frame, [
+        gxe.ExpectColumnValuesToBeBetween(column="perplexity_vs_base_hi", max_value=limit, strict_max=True),
+    ], explain={"perplexity_vs_base_hi": (
+        f"the fine-tuned model's held-out perplexity is {figure(ratio, '{:.3f}')} times its base model's on the run's "
+        f"validation documents, not significantly below {limit:g}: fine-tuning did not make it better at the "
+        f"documents than where it started, or too few documents show it ({how_to_set('train', 'val_max')} and "
+        f"more data widen the sample). Train longer ({how_to_set('train', 'steps')}) or lower the learning rate "
+        f"({how_to_set('train', 'lr')}); or raise {how_to_set_setting('hf-causal-lm', 'max_perplexity_ratio')}")})
