@@ -79,6 +79,11 @@ class TrainingTask(ABC):
         return None if self.data_state is None else (
             f"{type(self).__name__} defines a data state (data_state) but no adopt() to take over a version's")
 
+    def weights(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The trained weights to register (``model.safetensors``), by the names ``Workload.serving`` loads: the
+        model's state dict, unless training wraps the model (adapters merged into the base weights they adapt)."""
+        return model.state_dict()
+
     def stats(self) -> dict[str, Any]:
         """Figures for the run's summary (shards decoded, bytes read …)."""
         return {}

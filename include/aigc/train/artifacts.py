@@ -105,7 +105,7 @@ def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, worklo
     """Weights, model card, metrics and the summary (last). Returns the summary."""
     # One metadata entry: safetensors writes a map's entries in no fixed order, so two would make the same weights
     # hash differently from one save to the next (and registration is idempotent by that hash).
-    weights = save_safetensors(unshared(model.state_dict()), metadata={"format": "pt"})
+    weights = save_safetensors(unshared(task.weights(model)), metadata={"format": "pt"})
     lake.put_bytes(join(prefix, WEIGHTS), weights)
     metrics_key = write_metrics(lake, prefix, rows, workload.loss_parts, workload.loss_title)
     trained = [r for r in rows if r["step"] > 0]

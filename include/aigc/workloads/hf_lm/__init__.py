@@ -5,7 +5,8 @@ Its base model is a ``save_pretrained`` folder (``HFLMSettings.base_model_uri``:
 small demo base built from a config, with random weights), loaded by ``AutoModelForCausalLM`` and
 ``AutoTokenizer`` with safetensors only, no remote code and nothing downloaded (``base``). Stage 1 curates the text
 workload's drops and counts each document's tokens in the base's tokenizer (``records``); stage 2 fine-tunes every
-weight under the DDP core, ranks balanced by those tokens (``training``); stage 3 registers the weights with the
+weight, or low-rank adapters (``peft``, merged before registering), under the DDP core, ranks balanced by those
+tokens (``training``); stage 3 registers the weights with the
 base pinned by hash and builds fp32 and bf16 variants, each checked against fp32 on the smoke prompts; stage 4
 generates greedy continuations with ``generate`` and its KV cache, batched by tokens under a memory model derived
 from the config (``serving``); stage 5 judges with no grammar: acceptable continuations, held-out perplexity against
@@ -27,7 +28,8 @@ class HFCausalLMWorkload(Workload):
     cli_settings = {"make-raw": ("mean_items", "max_items"),
                     "prepare": ("base_model_uri", "demo_architecture", "min_chars", "max_chars",
                                 "min_clean_fraction", "shingle_words"),
-                    "train": ("base_model_uri", "demo_architecture", "context", "new_tokens", "temperature", "top_p"),
+                    "train": ("base_model_uri", "demo_architecture", "finetune", "lora_rank", "lora_alpha",
+                              "lora_targets", "context", "new_tokens", "temperature", "top_p"),
                     "deploy": ("min_text_agreement",), "evaluate": ("max_perplexity_ratio", "max_repetition")}
     index_columns = ("tokens",)
     loss_title = "fine-tuning: next-token cross-entropy (nats per token)"

@@ -9,6 +9,7 @@ from typing import ClassVar
 from aigc.config import check_order, check_range
 
 ARCHITECTURES = ("llama", "gpt2")
+FINETUNE = ("full", "lora")
 """The demo bases this package builds from a config when no base model is given (``demo_base``)."""
 
 
@@ -28,6 +29,14 @@ class HFLMSettings:
     from a config with random weights (``demo_architecture``), kept in the lake under ``bases/``."""
     demo_architecture: str = "llama"
     """The demo base when ``base_model_uri`` is empty: ``llama`` (grouped-query attention) or ``gpt2``."""
+    finetune: str = "full"
+    """``full``: every weight trains; ``lora``: low-rank adapters (``peft``) on the base's attention and MLP
+    projections train and the base stays frozen, then the adapters are merged into the weights the registry keeps."""
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_targets: str = ""
+    """Comma-separated module names the adapters wrap (``q_proj,v_proj``); empty: peft's default for the
+    architecture."""
     context: int = 256
     """Training window in tokens: a document longer than this trains on its first ``context`` tokens (never more
     than the base's ``max_position_embeddings``)."""
@@ -64,6 +73,10 @@ class HFLMSettings:
         if self.demo_architecture not in ARCHITECTURES:
             raise ValueError(f"HFLMSettings.demo_architecture must be one of {list(ARCHITECTURES)}, got "
                              f"{self.demo_architecture!r}")
+        if self.finetune not in FINETUNE:
+            raise ValueError(f"HFLMSettings.finetune must be one of {list(FINETUNE)}, got {self.finetune!r}")
+        check_range(self, "lora_rank", 1, 4096)
+        check_range(self, "lora_alpha", 1e-3, 1e6)
         check_range(self, "context", 8, 1 << 20)
         check_range(self, "new_tokens", 1, 1 << 16)
         check_range(self, "temperature", 0.0, 10.0)

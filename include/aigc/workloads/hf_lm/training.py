@@ -51,8 +51,24 @@ class HFTrainingTask(TrainingTask):
         return out
 
     def build_model(self):
-        self.model = load_model(self.folder)  # trained in place: stats() measures it against the base
-        return self.model
+        model = load_model(self.folder)
+        s = self.settings
+        if s.finetune == "lora":
+            from peft import LoraConfig, get_peft_model
+
+            targets = [t.strip() for t in s.lora_targets.split(",") if t.strip()] or None
+            model = get_peft_model(model, LoraConfig(r=s.lora_rank, lora_alpha=s.lora_alpha, lora_dropout=0.0,
+                                                     target_modules=targets, task_type="CAUSAL_LM"))
+        self.model = model  # trained in place: stats() measures it against the base
+        return model
+
+    def weights(self, model):
+        if self.settings.finetune != "lora":
+            return model.state_dict()
+        import copy
+
+        # The base's own names and shapes (what serving loads): the adapters folded into a copy of the weights.
+        return copy.deepcopy(model).merge_and_unload().state_dict()
 
     def batch(self, samples):
         seqs = [self.tokens(int(i)) for i in samples]
@@ -89,7 +105,9 @@ class HFTrainingTask(TrainingTask):
         return None
 
     def stats(self):
+        trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad) if self.model else None
         return {"read_shards": self.texts.read_shards, "base_sha256": self.base["sha256"],
+                "finetune": self.settings.finetune, "trainable_parameters": trainable,
                 "versus_base": self.versus_base()}
 
     def versus_base(self) -> dict | None:
