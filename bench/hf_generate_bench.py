@@ -1,0 +1,143 @@
+"""Generation throughput of the hf-causal-lm workload's batcher against ``transformers``' own batched ``generate``.
+
+    python -m bench.hf_generate_bench [--repeats 3] [--prompts 64 256] [--new-tokens 16]
+
+The model is the workload's Llama demo base (2 layers × 64, grouped-query attention; random weights: time does not
+depend on what it learnt), loaded by the workload's own serving code from safetensors. Prompts are the reference
+logs cut to long-tailed lengths (log-uniform, 8 to ~990 tokens), in a shuffled order, as a prompt file has them.
+Policies, over the same prompts, greedy (so outputs can be compared):
+
+* ``generate_bK``: ``model.generate`` on fixed batches of K prompts in file order, left-padded (the library's
+  batched call, K in a sweep that brackets its best); the best of them in hindsight is the baseline;
+* ``ours``: the workload's decoding loop under ``AdaptiveBatcher`` (prompts bucketed by tokens, the batch grown
+  under the memory model of ``HFServing.memory``), as stage 4 runs it.
+
+Repeats alternate the policies; each cell is the median new tokens/s (min, max); ``agreement`` is the share of
+prompts whose continuation equals ``generate``'s at batch 1. The last line is one JSON object, also written to
+``bench/results/hf_generate.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bench.provenance import write_results
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "hf_generate.json"
+SWEEP = (1, 4, 16, 64)
+
+
+def serving(new_tokens: int):
+    """The demo base as a registered fp32 version would serve it (the workload's own loading code)."""
+    from safetensors.torch import save
+
+    from aigc.registry.variants import unshared
+    from aigc.workloads.hf_lm.base import fingerprint, load_model, local_folder
+    from aigc.workloads.hf_lm.serving import HFServing
+
+    folder = local_folder("", "llama")
+    model = load_model(folder)
+    card = {"hf": {"config": json.loads((folder / "config.json").read_text()), "base_uri": "demo:llama",
+                   "base": fingerprint(folder), "context": 1024, "new_tokens": new_tokens, "temperature": 0.0}}
+    return HFServing(card, "fp32", save(unshared(model.state_dict())), torch.device("cpu"), "bench")
+
+
+def prompts(s, n: int, seed: int = 0) -> list[list[int]]:
+    from aigc.workloads.text.corpus import document
+
+    rng = random.Random(seed)
+    longest = s.context - s.new_tokens
+    out = []
+    for i in range(n):
+        ids = s.tokenizer(document(rng, 120, f"b{i}"), add_special_tokens=False)["input_ids"]
+        out.append(ids[: max(8, min(longest, round(2 ** rng.uniform(3, 9.95))))])
+    return out
+
+
+@torch.no_grad()
+def generate_fixed(s, items: list[list[int]], k: int) -> list[list[int]]:
+    """The library's batched call: fixed batches of ``k`` in file order, left-padded, greedy."""
+    pad, eos = s.tokenizer.pad_token_id, s.tokenizer.eos_token_id
+    out = []
+    for i in range(0, len(items), k):
+        batch = items[i:i + k]
+        longest = max(map(len, batch))
+        ids = torch.full((len(batch), longest), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, x in enumerate(batch):
+            ids[row, longest - len(x):] = torch.tensor(x)
+            mask[row, longest - len(x):] = 1
+        new = s.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=s.new_tokens, do_sample=False,
+                               pad_token_id=pad, eos_token_id=eos)[:, longest:].tolist()
+        out += [row[: row.index(eos)] if eos in row else row for row in new]
+    return out
+
+
+def ours(s, items: list[list[int]]) -> list[list[int]]:
+    from aigc.batching import AdaptiveBatcher, DeviceProbe
+
+    seeded = [(x, 0) for x in items]
+    batcher = AdaptiveBatcher(lambda b: s.continue_items([seeded[i] for i in b], greedy=True),
+                              [len(x) for x in items], s.memory(), DeviceProbe("cpu").budget_bytes)
+    return batcher()[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--prompts", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--new-tokens", type=int, default=16)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    s = serving(args.new_tokens)
+    rows = []
+    for n in args.prompts:
+        items = prompts(s, n)
+        policies = {**{f"generate_b{k}": (lambda k=k, items=items: generate_fixed(s, items, k)) for k in SWEEP},
+                    "ours": lambda items=items: ours(s, items)}
+        reference = generate_fixed(s, items, 1)
+        times: dict[str, list[float]] = {p: [] for p in policies}
+        tokens: dict[str, int] = {}
+        agreement: dict[str, float] = {}
+        for _ in range(args.repeats):
+            for name, run in policies.items():  # alternating: every policy once per repeat
+                t0 = time.perf_counter()
+                out = run()
+                times[name].append(time.perf_counter() - t0)
+                tokens[name] = sum(map(len, out))
+                agreement[name] = sum(a == b for a, b in zip(out, reference, strict=True)) / n
+        for name in policies:
+            rates = [tokens[name] / t for t in times[name]]
+            rows.append({"prompts": n, "policy": name, "tokens_per_s": round(statistics.median(rates), 1),
+                         "range": [round(min(rates), 1), round(max(rates), 1)], "new_tokens": tokens[name],
+                         "agreement_with_b1": round(agreement[name], 4), "repeats": args.repeats})
+            print(f"{n:4d} prompts  {name:12s} {rows[-1]['tokens_per_s']:8.1f} tokens/s "
+                  f"({rows[-1]['range'][0]}–{rows[-1]['range'][1]})  agreement {agreement[name]:.3f}",
+                  file=sys.stderr)
+    summary = []
+    for n in args.prompts:
+        fixed = [r for r in rows if r["prompts"] == n and r["policy"] != "ours"]
+        best = max(fixed, key=lambda r: r["tokens_per_s"])
+        mine = next(r for r in rows if r["prompts"] == n and r["policy"] == "ours")
+        summary.append({"prompts": n, "best_fixed": best["policy"], "ours_vs_best_fixed":
+                        round(mine["tokens_per_s"] / best["tokens_per_s"], 3),
+                        "ours_vs_best_fixed_range": [round(mine["range"][0] / best["range"][1], 3),
+                                                     round(mine["range"][1] / best["range"][0], 3)]})
+    result = {"bench": "hf_generate", "model": "hf-causal-lm demo base (llama, 2 x 64, GQA 4/2)", "greedy": True,
+              "new_tokens": args.new_tokens, "rows": rows, "summary": summary,
+              "threads": torch.get_num_threads()}
+    write_results(RESULTS, result)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

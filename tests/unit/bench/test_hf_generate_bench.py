@@ -1,0 +1,22 @@
+"""bench/hf_generate_bench.py: the workload's batcher and transformers' generate answer the same prompts alike, and
+the results file holds every policy's rate with its range and the comparison with the best fixed batch."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from bench import hf_generate_bench
+
+
+def test_the_bench_compares_every_fixed_batch_and_ours_on_the_same_greedy_outputs(tmp_path, monkeypatch):
+    monkeypatch.setattr(hf_generate_bench, "RESULTS", tmp_path / "hf_generate.json")
+    monkeypatch.setattr(sys, "argv", ["hf_generate_bench", "--repeats", "2", "--prompts", "12", "--new-tokens", "4"])
+    hf_generate_bench.main()
+    d = json.loads((tmp_path / "hf_generate.json").read_text())
+    policies = {r["policy"] for r in d["rows"]}
+    assert policies == {"generate_b1", "generate_b4", "generate_b16", "generate_b64", "ours"}
+    assert all(r["agreement_with_b1"] == 1.0 and r["repeats"] == 2 and r["range"][0] <= r["tokens_per_s"]
+               <= r["range"][1] for r in d["rows"])
+    (summary,) = d["summary"]
+    assert summary["best_fixed"] in policies and summary["ours_vs_best_fixed"] > 0 and d["provenance"]["host"]
