@@ -309,8 +309,9 @@ def _generation_status(catalog, date: str) -> dict | None:
         return None
     purpose = run["purpose"]
     m = run["summary"]
-    gallery = catalog.lake.url(join(run["run_prefix"], "gallery.png"))
-    log.info("generations (%s): %d prompts → %d images (%d from cache), %d refused, %s %s; gallery %s", purpose,
+    # The workload's preview (gallery.png, samples.md); a manifest written before it was recorded: an image run's.
+    gallery = catalog.lake.url(join(run["run_prefix"], m.get("gallery") or "gallery.png"))
+    log.info("generations (%s): %d prompts → %d outputs (%d from cache), %d refused, %s %s; gallery %s", purpose,
              m["rows"], m["generated"], m["cached"], m["refused"], m["version"], m["variant"], gallery)
     return {k: m[k] for k in ("run_id", "version", "variant", "rows", "generated", "refused", "cached")} | {
         "gallery_uri": gallery, "purpose": purpose}
@@ -451,7 +452,7 @@ def build_parser(workload: Workload | None = None) -> argparse.ArgumentParser:
         _add_config_flags(p, section, cls)
     _add_config_flags(p, "model", ModelConfig, only=("name",))
 
-    p = command("generate", cmd_generate, "generate images for the date's prompts; gate 4; publish if the model "
+    p = command("generate", cmd_generate, "generate the date's prompts' outputs; gate 4; publish if the model "
                                           "is production (--model-ref production), else leave it to aigc evaluate")
     p.add_argument("--run-id", default=None, help="finish this run (shards already done are kept)")
     p.add_argument("--demo-prompts", action="store_true",

@@ -185,7 +185,7 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig, workload: Wor
                 "plan_shards": plan["shards"],
                 "shards": entries, "rows": sum(e["rows"] for e in entries),
                 "generated": sum(e["generated"] for e in entries), "refused": sum(e["refused"] for e in entries),
-                "cached": sum(e["cached"] for e in entries)}
+                "cached": sum(e["cached"] for e in entries), "gallery": gallery_name}
     lake.put_json(join(prefix, MANIFEST), manifest)
     return {"stage": "generate", **{k: manifest[k] for k in ("date", "run_id", "model", "model_ref", "version",
                                                               "variant", "rows", "generated", "refused", "cached")},

@@ -165,6 +165,9 @@ def load_tokenizer(folder: Path):
                              "tokenizer_config.json; generation needs it to stop")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
+    # Nothing here truncates by it, and stage 1 counts whole documents' tokens: without this, every long document
+    # logs "longer than the specified maximum sequence length" (no sequence past the context reaches the model).
+    tok.model_max_length = 1 << 40
     return tok
 
 
