@@ -254,3 +254,19 @@ def test_the_nightly_schedule_is_the_operators_daily_cron_or_none(monkeypatch):
             nightly_schedule()
     monkeypatch.setenv("AIRFLOW__AIGC__NIGHTLY_CRON", "0 2 * * *")  # airflow.cfg's [aigc] nightly_cron first
     assert nightly_schedule().expression == "0 2 * * *"
+
+
+def test_a_base_model_folder_from_the_form_must_lie_under_an_allowed_root(tmp_path, monkeypatch):
+    """The hf-causal-lm workload's base_model_uri (a workload setting named *_uri) is checked by the tasks' one
+    validation path, as a raw URI is, before anything is read: outside the roots, the run fails naming the setting."""
+    import pytest
+    from airflow.sdk.exceptions import AirflowFailException
+
+    monkeypatch.setenv("AIGC_LAKE_URI", str(tmp_path / "lake"))
+    monkeypatch.setenv("AIGC_ALLOWED_ROOTS", str(tmp_path / "models"))
+    params = {"workload": "hf-causal-lm", "settings": {"base_model_uri": str(tmp_path / "models" / "my-llm")}}
+    assert run_params(context(run_type="manual", params=params))["settings"]["base_model_uri"].endswith("my-llm")
+    outside = {"workload": "hf-causal-lm", "settings": {"base_model_uri": str(tmp_path / "elsewhere")}}
+    refused = r"'settings\.base_model_uri' .* outside the roots.*AIGC_ALLOWED_ROOTS"
+    with pytest.raises(AirflowFailException, match=refused):
+        run_params(context(run_type="manual", params=outside))
