@@ -69,7 +69,7 @@ SCRIPTS: list[Bench] = [
           gpu=("--device", "cuda", "--steps", "300", "--probe-max-s", "2")),
     Bench("batching_bench.py", ("--image-items", "500", "2000", "--attention-items", "2000", "8000"),
           gpu=("--workloads", "gpu", "--attention-items", "20000")),
-    Bench("long_prompts_bench.py", ("--prompts", "16", "32")),
+    Bench("long_prompts_bench.py", ("--prompts", "16", "32", "--models", "text", "hf-causal-lm")),
     Bench("hf_generate_bench.py", ("--prompts", "64", "256")),
     # The standard profile takes the demo model the project ships (the demo chain's own, registered and deployed
     # here in seconds; training one took most of B6's two minutes); the full one trains the demo's. The GPU one

@@ -163,9 +163,10 @@ def variants_rows(d) -> list[list]:
 
 def long_prompt_rows(d) -> list[list]:
     rows = []
+    label = "41 hf-causal-lm long prompts" if d.get("model") == "hf-causal-lm" else "B1 long prompts"
     for r in d["rows"]:
         ours = r["policies"]["ours"]
-        rows.append(["B1 long prompts", f"adaptive batcher vs best fixed ({r['best_fixed']}) under "
+        rows.append([label, f"adaptive batcher vs best fixed ({r['best_fixed']}) under "
                      f"{r['capacity_mib']:.0f} MiB; fixed 32 with retries", f"{r['prompts']} x {r['prompt_tokens']} "
                      "tokens", d["repeats"], f"{r['ours_vs_best_fixed']:.2f}x, {ours['violations']} violations; "
                      f"fixed 32 completed: {r['policies']['fixed_32']['completed']}", "-", "n/a"])
@@ -293,6 +294,7 @@ SOURCES: list[tuple[str, str, Callable[[dict], list[list]]]] = [
     ("loading.json", "B2 loading", loading_rows),
     ("batching.json", "B1 batching", batching_rows),
     ("long_prompts.json", "B1 long prompts", long_prompt_rows),
+    ("long_prompts_hf.json", "41 hf-causal-lm long prompts", long_prompt_rows),
     ("hf_generate.json", "41 hf-causal-lm generation", hf_generate_rows),
     ("balance.json", "B3 balance", balance_rows),
     ("train.json", "B5 DDP", ddp_rows),
