@@ -84,8 +84,9 @@ def generate_fixed(s, items: list[list[int]], k: int) -> list[list[int]]:
 
 def ours(s, items: list[list[int]]) -> list[list[int]]:
     from aigc.batching import AdaptiveBatcher, DeviceProbe
+    from aigc.workloads.hf_lm.serving import Item
 
-    seeded = [(x, 0) for x in items]
+    seeded = [Item(x, 0, s.new_tokens, 0.0, 1.0, ()) for x in items]
     batcher = AdaptiveBatcher(lambda b: s.continue_items([seeded[i] for i in b], greedy=True),
                               [len(x) for x in items], s.memory(), DeviceProbe("cpu").budget_bytes)
     return batcher()[0]

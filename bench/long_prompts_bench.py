@@ -62,7 +62,7 @@ def hf_decoder():
 
     from aigc.registry.variants import unshared
     from aigc.workloads.hf_lm.base import fingerprint, load_tokenizer, local_folder
-    from aigc.workloads.hf_lm.serving import HFServing
+    from aigc.workloads.hf_lm.serving import HFServing, Item
 
     demo = local_folder("", "llama")
     tok = load_tokenizer(demo)
@@ -76,7 +76,8 @@ def hf_decoder():
         card = {"hf": {"config": _json.loads((Path(tmp) / "config.json").read_text()), "base_uri": "demo:llama",
                        "base": fingerprint(demo), "context": LENGTH + NEW + 1, "new_tokens": NEW, "temperature": 0.0}}
     serving = HFServing(card, "fp32", save(unshared(model.state_dict())), torch.device("cpu"), "bench")
-    return lambda batch: serving.continue_items([(x, 0) for x in batch], greedy=True), serving.memory()
+    return (lambda batch: serving.continue_items([Item(x, 0, NEW, 0.0, 1.0, ()) for x in batch], greedy=True),
+            serving.memory())
 
 
 def policies(decoder, memory, prompts, capacity):

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from aigc.config import PipelineConfig, PrepareConfig
     from aigc.evaluate.stage import Evaluation, Judge
     from aigc.generate.engine import ShardModel
+    from aigc.generate.pinned import PromptOption
     from aigc.lake import Lake
     from aigc.prepare.records import Examined
     from aigc.train.data import WindowIndex
@@ -218,6 +219,12 @@ class Workload(ABC):
     output_columns: ClassVar[tuple[tuple[str, str], ...]] = ()
     """The generation table's output columns, as (name, Arrow type name: binary, string, large_string, int32,
     float64), between the core's ``reason`` and ``model_version`` columns."""
+
+    def prompt_options(self, cfg: PipelineConfig) -> dict[str, PromptOption]:
+        """Per-prompt settings a prompt-file line may carry beside ``prompt_id``, ``prompt`` and ``seed`` (a text
+        model's ``max_new_tokens``, ``temperature``, ``stop``), with their bounds under ``cfg``: checked when the file
+        is pinned (a line with a bad one is refused, naming it), then passed on as the prompt's ``options``."""
+        return {}
 
     def demo_prompts(self, lake: Lake, date: str, cfg: PipelineConfig, key: str) -> dict:
         """Write a demo prompt set (JSONL of prompt_id, prompt, seed) at ``key`` when no prompt file was dropped."""

@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from aigc.config import GenerateConfig
 from aigc.jsonlines import JsonLimits, Refused, read_json_object
@@ -34,13 +35,39 @@ class BadPrompts(ValueError):
     """A prompt file that cannot be answered at all (missing, empty, over its bounds): the message says why."""
 
 
+@dataclass(frozen=True)
+class PromptOption:
+    """A per-prompt setting a prompt-file line may carry (``Workload.prompt_options``): an integer or a number in
+    [lo, hi], or a list of at most ``hi`` strings (stop strings)."""
+
+    kind: str
+    """"integer", "number" or "strings"."""
+    lo: float
+    hi: float
+
+    def check(self, value) -> str | None:
+        """None when ``value`` is one; else why not, with the bounds."""
+        if self.kind == "strings":
+            ok = isinstance(value, list) and len(value) <= self.hi and all(
+                isinstance(v, str) and 0 < len(v) <= 200 for v in value)
+            return None if ok else f"must be a list of at most {self.hi:g} non-empty strings, got {value!r}"
+        numeric = isinstance(value, int | float) and not isinstance(value, bool) and (
+            self.kind == "number" or isinstance(value, int))
+        if not numeric or not self.lo <= value <= self.hi:
+            return f"must be {'an integer' if self.kind == 'integer' else 'a number'} in [{self.lo:g}, {self.hi:g}], " \
+                   f"got {value!r}"
+        return None
+
+
 class PromptsChanged(RuntimeError):
     """A shard's slice of the pinned prompts is not what the plan recorded."""
 
 
-def pin(lake: Lake, key: str, run: str, cfg: GenerateConfig, shards: int) -> dict:
+def pin(lake: Lake, key: str, run: str, cfg: GenerateConfig, shards: int,
+        options: Mapping[str, PromptOption] | None = None) -> dict:
     """Stream the prompt file at ``key`` into ``run``'s pinned copy, cut into ``shards`` contiguous slices of nearly
-    equal counts (``shard_ranges``); what the plan records of it."""
+    equal counts (``shard_ranges``); what the plan records of it. ``options``: the per-prompt settings a line may
+    carry (``Workload.prompt_options``), each checked here: a line with a bad one is refused, naming it."""
     try:
         declared = lake.size(key)
     except ObjectNotFound:
@@ -69,7 +96,7 @@ def pin(lake: Lake, key: str, run: str, cfg: GenerateConfig, shards: int) -> dic
             if len(offsets) > cfg.max_prompts:
                 raise BadPrompts(f"{lake.url(key)} holds more than max_prompts={cfg.max_prompts:,} prompts; split it "
                                  f"or raise --max-prompts on `aigc generate`")
-            entry = _entry(line, line_no, seen, cfg, limits)
+            entry = _entry(line, line_no, seen, cfg, limits, options or {})
             refused += "refused" in entry
             data = (json.dumps(entry) + "\n").encode()
             out.write(data)
@@ -110,8 +137,10 @@ def _too_big(lake: Lake, key: str, size: int, cfg: GenerateConfig) -> str:
             f"{cfg.max_prompt_file_bytes:,}; split it, or raise --max-prompt-file-bytes on `aigc generate`")
 
 
-def _entry(line: bytes, n: int, seen: set, cfg: GenerateConfig, limits: JsonLimits) -> dict:
-    """One line → ``{"prompt_id", "prompt", "seed", "line"}``, or the same with ``refused``: why it is not one."""
+def _entry(line: bytes, n: int, seen: set, cfg: GenerateConfig, limits: JsonLimits,
+           options: Mapping[str, PromptOption]) -> dict:
+    """One line → ``{"prompt_id", "prompt", "seed", "line"}`` (and ``options``, the line's per-prompt settings), or
+    the same with ``refused``: why it is not one."""
     try:
         row = read_json_object(line, limits)
     except Refused as e:
@@ -126,8 +155,15 @@ def _entry(line: bytes, n: int, seen: set, cfg: GenerateConfig, limits: JsonLimi
         return _refused(n, f"duplicate_prompt_id: prompt_id {pid!r} appears on an earlier line", text)
     if not isinstance(seed, int) or isinstance(seed, bool) or not _SEED_RANGE[0] <= seed <= _SEED_RANGE[1]:
         return _refused(n, f"seed_invalid: seed must be an integer in [0, 2**63), got {seed!r}"[:300], text)
+    chosen = {}
+    for name, option in options.items():
+        if name in row:
+            why = option.check(row[name])
+            if why:
+                return _refused(n, f"option_invalid: {name} {why}"[:300], text)
+            chosen[name] = row[name]
     seen.add(pid)
-    return {"prompt_id": pid, "prompt": text, "seed": seed, "line": n}
+    return {"prompt_id": pid, "prompt": text, "seed": seed, "line": n, **({"options": chosen} if chosen else {})}
 
 
 def _refused(n: int, reason: str, prompt: str = "") -> dict:

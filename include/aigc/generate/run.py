@@ -85,7 +85,8 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, worklo
         key = join(prefix, DEMO_PROMPTS)
         if not lake.exists(key):  # a retry of this plan (same run id, same config) reuses its set
             workload.demo_prompts(lake, date.isoformat(), cfg, key)
-    pin = pinned.pin(lake, key, prefix, g, g.shards)  # the version every shard answers, whatever happens to the file
+    # The version every shard answers, whatever happens to the file; each line's own settings checked as it is pinned.
+    pin = pinned.pin(lake, key, prefix, g, g.shards, workload.prompt_options(cfg))
     return {"stage": "plan-generation", "date": date.isoformat(), "run_id": run_id, "model": cfg.model.name,
             "model_ref": ref, "version": record["version"], "variant": g.variant, "prompts": pin["prompts"],
             "prompts_key": key, "prompts_sha256": pin["source"]["sha256"], "prompts_pinned": pin["pinned"],

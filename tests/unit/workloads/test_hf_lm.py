@@ -192,6 +192,27 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_the_base(tmp_path, a
     items = serving.items([{"prompt": p, "seed": 7 + i} for i, p in enumerate(prompts)])
     assert serving.temperature > 0 and serving.continue_items(items)[1] == serving.continue_items(items[1:])[0]
 
+    # A prompt file's own settings (Workload.prompt_options): checked when pinned, a bad one refused by name; then
+    # each prompt decodes with its own: fewer new tokens, greedy at temperature 0, cut before a stop string.
+    from aigc.generate import pinned
+
+    greedy_text = serving.generate([prompts[0]], [1])[0]["text"]
+    # a string the greedy continuation first holds past its start
+    stop = next(cut for i in range(1, len(greedy_text) - 1) if greedy_text.find(cut := greedy_text[i:i + 2]) > 0)
+    lines = [{"prompt_id": "a", "prompt": prompts[0], "seed": 1, "max_new_tokens": 2},
+             {"prompt_id": "b", "prompt": prompts[0], "seed": 1, "temperature": 0},
+             {"prompt_id": "c", "prompt": prompts[0], "seed": 1, "temperature": 0, "stop": [stop]},
+             {"prompt_id": "d", "prompt": prompts[0], "seed": 1, "max_new_tokens": 99}]
+    lake.put_bytes("requests/options.jsonl", "".join(json.dumps(x) + "\n" for x in lines).encode())
+    pin = pinned.pin(lake, "requests/options.jsonl", "scratch/options", cfg.generate, 1, workload.prompt_options(cfg))
+    entries = pinned.read_slice(lake, pin["pinned"], pin["slices"][0])
+    assert entries[3]["refused"].startswith("option_invalid: max_new_tokens must be an integer in [1, 6], got 99")
+    short, greedy, stopped = (serving.output(it, new) for it, new in zip(
+        serving.items(entries[:3]), serving.continue_items(serving.items(entries[:3])), strict=True))
+    assert short["new_tokens"] <= 2
+    assert greedy["text"] == greedy_text  # temperature 0: the greedy answer
+    assert stopped["text"] == greedy_text[:greedy_text.find(stop)] and stopped["new_tokens"] < greedy["new_tokens"]
+
     # Stage 5 without a grammar: the held-out documents' perplexity against the base's, paired, and the share of
     # acceptable continuations; gate 5 passes the smoke bars, and fails a bar on perplexity the model cannot meet,
     # naming the setting.

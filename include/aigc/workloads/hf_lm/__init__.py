@@ -120,6 +120,13 @@ class HFCausalLMWorkload(Workload):
 
         return demo_prompts(lake, date, cfg, key)
 
+    def prompt_options(self, cfg):
+        from aigc.generate.pinned import PromptOption
+
+        return {"max_new_tokens": PromptOption("integer", 1, cfg.workload.settings.new_tokens),
+                "temperature": PromptOption("number", 0.0, 10.0), "top_p": PromptOption("number", 1e-6, 1.0),
+                "stop": PromptOption("strings", 0, 8)}
+
     def output_row(self, output):
         return output
 

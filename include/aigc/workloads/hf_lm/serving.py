@@ -7,6 +7,8 @@ from the base's folder and checked against those hashes (a base replaced since w
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from safetensors.torch import load as load_safetensors
 
@@ -15,6 +17,17 @@ from aigc.workload import Serving
 from aigc.workloads.hf_lm.base import BaseModelError, fingerprint, load_tokenizer, local_folder, model_from_config
 
 DEMO_PREFIX = "demo:"
+
+
+class Item(NamedTuple):
+    """A prompt as the decoding loop takes it."""
+
+    ids: list[int]
+    seed: int
+    max_new: int
+    temperature: float
+    top_p: float
+    stop: tuple[str, ...]
 """How a card names the demo base (``HFTrainingTask.card``): ``demo:llama``."""
 
 
@@ -61,71 +74,92 @@ class HFServing(Serving):
         return [self.tokenizer(p, add_special_tokens=False)["input_ids"][-keep:] or [eos] for p in prompts]
 
     # What stage 4's shard engine and stage 5's batched answers use (aigc.workloads.text.serving.shard_model): a
-    # prompt's item is its token ids and its seed.
-    def items(self, prompts: list[dict]) -> list[tuple[list[int], int]]:
-        ids = self.prompt_ids([p["prompt"] for p in prompts])
-        return [(x, int(p["seed"])) for x, p in zip(ids, prompts, strict=True)]
+    # prompt's item is its token ids, its seed and its own settings (the prompt file's options, else the model's).
+    def items(self, prompts: list[dict]) -> list[Item]:
+        eos, out = self.tokenizer.eos_token_id, []
+        for p in prompts:
+            o = p.get("options") or {}
+            new = int(o.get("max_new_tokens", self.new_tokens))
+            ids = self.tokenizer(p["prompt"], add_special_tokens=False)["input_ids"][-max(1, self.context - new):]
+            out.append(Item(ids or [eos], int(p["seed"]), new, float(o.get("temperature", self.temperature)),
+                            float(o.get("top_p", self.top_p)), tuple(o.get("stop", ()))))
+        return out
 
     @staticmethod
-    def tokens_of(item: tuple[list[int], int]) -> int:
-        return len(item[0])
+    def tokens_of(item: Item) -> int:
+        return len(item.ids)
 
     def cache_key(self, prompt: dict) -> list:
-        sampled = [prompt["seed"], self.temperature, self.top_p] if self.temperature > 0 else []
-        return [prompt["prompt"], self.new_tokens, *sampled]
+        (item,) = self.items([prompt])
+        sampled = [item.seed, item.temperature, item.top_p] if item.temperature > 0 else []
+        return [prompt["prompt"], item.max_new, list(item.stop), *sampled]
+
+    def output(self, item: Item, tokens: list[int]) -> dict:
+        """A continuation's row values, cut before the first of the prompt's stop strings (the tokens that made
+        it, and the stop string, left out)."""
+        text = self.tokenizer.decode(tokens)
+        if item.stop and any(stop in text for stop in item.stop):
+            for k in range(1, len(tokens) + 1):
+                text = self.tokenizer.decode(tokens[:k])
+                cut = min((text.find(stop) for stop in item.stop if stop in text), default=-1)
+                if cut >= 0:
+                    return {"text": text[:cut], "prompt_tokens": len(item.ids), "new_tokens": k}
+        return {"text": text, "prompt_tokens": len(item.ids), "new_tokens": len(tokens)}
 
     @torch.no_grad()
-    def continue_items(self, items: list[tuple[list[int], int]], greedy: bool = False) -> list[list[int]]:
-        """Each prompt's continuation ids (the end of text ends one and is not returned): one batch, left-padded,
-        prefilled once, then decoded a token per row per step against the library's KV cache; ``greedy``: the
-        argmax whatever the temperature."""
+    def continue_items(self, items: list[Item], greedy: bool = False) -> list[list[int]]:
+        """Each prompt's continuation ids, up to its ``max_new`` tokens (the end of text ends one and is not
+        returned): one batch, left-padded, prefilled once, then decoded a token per row per step against the
+        library's KV cache; ``greedy``: the argmax whatever the temperature."""
         from transformers import DynamicCache
 
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
-        b, longest = len(items), max(len(x) for x, _ in items)
+        b, longest = len(items), max(len(it.ids) for it in items)
         ids = torch.full((b, longest), pad, dtype=torch.long)
         mask = torch.zeros((b, longest), dtype=torch.long)
-        for row, (x, _) in enumerate(items):
-            ids[row, longest - len(x):] = torch.tensor(x)
-            mask[row, longest - len(x):] = 1
+        for row, it in enumerate(items):
+            ids[row, longest - len(it.ids):] = torch.tensor(it.ids)
+            mask[row, longest - len(it.ids):] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        generators = [torch.Generator().manual_seed(seed) for _, seed in items]
+        generators = [torch.Generator().manual_seed(it.seed) for it in items]
         cache = DynamicCache(config=self.model.config)  # filled in place by every forward pass
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
         next_position = positions[:, -1] + 1
         result: list[list[int]] = [[] for _ in range(b)]
-        finished = torch.zeros(b, dtype=torch.bool)
-        for step in range(self.new_tokens):
-            token = self._pick(out.logits[:, -1].float().cpu(), None if greedy else generators)
+        limit = torch.tensor([it.max_new for it in items])
+        finished = limit <= 0
+        for step in range(int(limit.max())):
+            logits = out.logits[:, -1].float().cpu()
+            token = torch.stack([self._pick(logits[r], it, None if greedy else generators[r])
+                                 for r, it in enumerate(items)])
             finished |= token == eos
             for row in torch.nonzero(~finished).flatten().tolist():
                 result[row].append(int(token[row]))
-            if bool(finished.all()) or step == self.new_tokens - 1:
+            finished |= torch.tensor([len(r) for r in result]) >= limit
+            if bool(finished.all()):
                 break
             mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=self.device)], dim=1)
             out = self.model(input_ids=token[:, None].to(self.device), attention_mask=mask,
                              position_ids=(next_position + step)[:, None], cache=cache, use_cache=True)
         return result
 
-    def _pick(self, logits: torch.Tensor, generators: list[torch.Generator] | None) -> torch.Tensor:
-        """(B, vocab) → (B,): the argmax at temperature 0 (or without generators), else a draw from the top-p
-        nucleus by each row's own generator."""
-        if self.temperature <= 0 or generators is None:
-            return logits.argmax(-1)
-        probs = torch.softmax(logits / self.temperature, dim=-1)
-        ordered, order = probs.sort(dim=-1, descending=True)
-        outside = ordered.cumsum(-1) - ordered > self.top_p  # past the nucleus (the top token is always in)
-        ordered = ordered.masked_fill(outside, 0.0)
-        picks = [order[r, torch.multinomial(ordered[r], 1, generator=generators[r])] for r in range(len(generators))]
-        return torch.cat(picks)
+    @staticmethod
+    def _pick(logits: torch.Tensor, item: Item, generator: torch.Generator | None) -> torch.Tensor:
+        """(vocab,) → the next token: the argmax at temperature 0 (or without a generator), else a draw from the
+        item's top-p nucleus by its own generator."""
+        if item.temperature <= 0 or generator is None:
+            return logits.argmax()
+        probs = torch.softmax(logits / item.temperature, dim=-1)
+        ordered, order = probs.sort(descending=True)
+        ordered = ordered.masked_fill(ordered.cumsum(-1) - ordered > item.top_p, 0.0)  # the top token always in
+        return order[torch.multinomial(ordered, 1, generator=generator)[0]]
 
     def generate(self, prompts, seeds):
         """Greedy continuations: what gate 3 compares a variant with fp32 by, token for token, and times (stages 4
         and 5 sample, through ``items`` and ``continue_items``)."""
         items = self.items([{"prompt": p, "seed": s} for p, s in zip(prompts, seeds, strict=True)])
-        return [{"text": self.tokenizer.decode(new), "prompt_tokens": len(x), "new_tokens": len(new)}
-                for (x, _), new in zip(items, self.continue_items(items, greedy=True), strict=True)]
+        return [self.output(it, new) for it, new in zip(items, self.continue_items(items, greedy=True), strict=True)]
 
     def memory(self):
         """The batcher's memory model of a batch of this model's prompts, from its config: the KV cache (layers ×

@@ -124,12 +124,15 @@ def decoder_answers(serving, policy: str, prompts: list[dict], cfg) -> list[str]
     4's batcher, prompts bucketed by token count under the serving's ``DecoderMemory``."""
     items = serving.items(prompts)
     if policy == "batch1":
-        return [serving.tokenizer.decode(serving.continue_items([x])[0]) for x in items]
+        return [serving.output(x, serving.continue_items([x])[0])["text"] for x in items]
     from aigc.batching import AdaptiveBatcher, DeviceProbe
 
+    def run(batch: list[int]) -> list[str]:
+        chosen = [items[i] for i in batch]
+        return [serving.output(x, t)["text"] for x, t in zip(chosen, serving.continue_items(chosen), strict=True)]
+
     probe = DeviceProbe("cpu", budget_fraction=cfg.batching.budget_fraction)
-    batcher = AdaptiveBatcher(lambda b: [serving.tokenizer.decode(x) for x in serving.continue_items(
-        [items[i] for i in b])], [serving.tokens_of(x) for x in items], serving.memory(), probe.budget_bytes)
+    batcher = AdaptiveBatcher(run, [serving.tokens_of(x) for x in items], serving.memory(), probe.budget_bytes)
     return batcher()[0]
 
 

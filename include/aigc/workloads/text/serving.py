@@ -59,6 +59,9 @@ class TextServing(Serving):
     def cache_key(self, prompt: dict) -> list:
         return [prompt["prompt"], self.new_tokens]
 
+    def output(self, item: list[int], tokens: list[int]) -> dict:
+        return {"text": self.tokenizer.decode(tokens), "prompt_tokens": len(item), "new_tokens": len(tokens)}
+
     def memory(self) -> DecoderMemory:
         """The batcher's memory model of a batch of this model's prompts (token counts as lengths)."""
         m = self.model
@@ -72,7 +75,7 @@ def shard_model(lake, plan: dict, cfg, serve=TextServing):
     the context keeps its last tokens, so only ``max_chars`` refuses one; a continuation is cached by everything that
     determines it (``cache_key``: the version and variant, the prompt, new tokens, and for sampling its seed and
     settings). ``serve``: any decoder serving with ``items``, ``continue_items``, ``tokens_of``, ``cache_key``,
-    ``memory`` and a tokenizer (the hf-causal-lm workload's too)."""
+    ``output`` and ``memory`` (the hf-causal-lm workload's too)."""
     import json
 
     from aigc.generate.engine import ShardModel, load_for_shard
@@ -80,8 +83,7 @@ def shard_model(lake, plan: dict, cfg, serve=TextServing):
     serving, device = load_for_shard(lake, plan, serve)
 
     def finish(item, tokens: list[int]) -> tuple[dict, bytes]:
-        values = {"text": serving.tokenizer.decode(tokens), "prompt_tokens": serving.tokens_of(item),
-                  "new_tokens": len(tokens)}
+        values = serving.output(item, tokens)
         return values, json.dumps(values).encode()
 
     return ShardModel(device, run=serving.continue_items, finish=finish, key=serving.cache_key, prepare=serving.items,
