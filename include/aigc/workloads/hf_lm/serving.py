@@ -129,10 +129,11 @@ class HFServing(Serving):
         result: list[list[int]] = [[] for _ in range(b)]
         limit = torch.tensor([it.max_new for it in items])
         finished = limit <= 0
+        argmax_only = greedy or all(it.temperature <= 0 for it in items)
         for step in range(int(limit.max())):
             logits = out.logits[:, -1].float().cpu()
-            token = torch.stack([self._pick(logits[r], it, None if greedy else generators[r])
-                                 for r, it in enumerate(items)])
+            token = logits.argmax(-1) if argmax_only else torch.stack(
+                [self._pick(logits[r], it, generators[r]) for r, it in enumerate(items)])
             finished |= token == eos
             for row in torch.nonzero(~finished).flatten().tolist():
                 result[row].append(int(token[row]))
