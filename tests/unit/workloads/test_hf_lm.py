@@ -188,6 +188,9 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_the_base(tmp_path, a
     heads = config.get("num_attention_heads") or config["n_head"]
     assert memory.kv_width == kv_heads * memory.width // heads  # llama: 2 of 4 heads cached
 
+    if (arch, finetune) != ("llama", "full"):
+        return  # what follows is the serving's and stage 5's, the same for every base: once (the DAG test
+        # takes the GPT-2 base through stage 5 too)
     # Sampling: each prompt draws from its own seeded generator, so its output is the same alone or in a batch.
     items = serving.items([{"prompt": p, "seed": 7 + i} for i, p in enumerate(prompts)])
     assert serving.temperature > 0 and serving.continue_items(items)[1] == serving.continue_items(items[1:])[0]

@@ -1,4 +1,5 @@
-"""The ``hf-causal-lm`` workload's stage 2: full fine-tuning of the base model on the window's documents.
+"""The ``hf-causal-lm`` workload's stage 2: fine-tuning the base model on the window's documents, every weight
+(``finetune: full``) or low-rank adapters on the frozen base (``lora``, merged into its weights before registering).
 
 A sample is one curated document's first ``context + 1`` tokens in the base's tokenizer (end of text appended where
 it fits); the loss is next-token cross-entropy over real tokens (nats per token). Every rank loads the base's
