@@ -180,15 +180,11 @@ class TrainStage(Stage):
         return run_training(lake, date, cfg, **launch)
 
     def gate(self, lake, cfg, produced):
-        from aigc.lake.keys import join
         from aigc.quality.training import validate_training
-        from aigc.train.artifacts import SUMMARY, training_run_prefix
 
-        workload = _workload(cfg, self.name)
-        prefix = training_run_prefix(cfg.model.name, produced["date"], produced["run_id"])
-        summary = lake.get_json(join(prefix, SUMMARY))
+        workload = _workload(cfg, self.name)  # its own tables read the summary gate 2 reads (stored, not in memory)
         return validate_training(lake, cfg.model.name, produced["date"], produced["run_id"], cfg.train_gate,
-                                 workload.training_checks(summary, cfg))
+                                 lambda summary: workload.training_checks(summary, cfg))
 
     def publish(self, lake, cfg, produced):
         from aigc.quality.training import publish_trained

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -25,7 +26,8 @@ GATE = "training"
 
 
 def validate_training(lake: Lake, model: str, date: str | dt.date, run_id: str,
-                      thresholds: TrainingGateThresholds, extra: list[Table] | None = None) -> dict:
+                      thresholds: TrainingGateThresholds,
+                      extra: Callable[[dict], list[Table]] | None = None) -> dict:
     """Run gate 2 on a finished (not yet published) training run; GateFailed if it does not pass. ``extra``: the
     workload's own tables (``Workload.training_checks``) on the run's stored summary."""
     import great_expectations.expectations as gxe
@@ -79,7 +81,7 @@ def validate_training(lake: Lake, model: str, date: str | dt.date, run_id: str,
                          f"starting value, above the maximum {thresholds.max_val_ratio:g}×: training barely "
                          f"helped. Train longer ({how_to_set('train', 'steps')}) or check the learning rate",
         }),
-        *(extra or []),
+        *(extra(stored) if extra else []),
     ]
     return run_gate(GATE, tables, lake, run_prefix(partition("quality", GATE, date), run_id))
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from aigc.workload import Workload
 from aigc.workloads.hf_lm.config import HFLMSettings
+from aigc.workloads.text.documents import DocumentWorkload
 
 
-class HFCausalLMWorkload(Workload):
+class HFCausalLMWorkload(DocumentWorkload):
     name = "hf-causal-lm"
     settings_class = HFLMSettings
     description = "a Hugging Face causal LM of yours (a save_pretrained folder), fine-tuned on long documents"
@@ -36,7 +36,7 @@ class HFCausalLMWorkload(Workload):
     preload_modules = tuple(f"aigc.workloads.hf_lm.{m}" for m in ("records", "training", "serving", "evaluation"))
     stages = frozenset({"prepare", "train", "deploy", "generate", "evaluate"})
     variant_kinds = ("fp32", "bf16")
-    output_columns = (("text", "large_string"), ("prompt_tokens", "int32"), ("new_tokens", "int32"))
+    quality = "Acceptable share"
 
     def config_overrides(self, preset):
         changes = {"raw": {"source": "docs"}, "prepare": {"dataset": "docs"}, "model": {"name": "hf-causal-lm"},
@@ -82,11 +82,6 @@ class HFCausalLMWorkload(Workload):
 
         return HFRecords(cfg.workload.settings if cfg is not None else None)
 
-    def make_raw_drop(self, raw, date, cfg):
-        from aigc.workloads.text.corpus import make_text_drop
-
-        return make_text_drop(raw, date, cfg.raw, cfg.workload.settings)
-
     def training_task(self, lake, index, cfg):
         from aigc.workloads.hf_lm.training import HFTrainingTask
 
@@ -102,23 +97,10 @@ class HFCausalLMWorkload(Workload):
 
         return HFServing(card, variant, data, device, version)
 
-    def smoke_prompts(self, n, seed):
-        from aigc.workloads.text.serving import smoke_prompts
-
-        return smoke_prompts(n, seed)
-
     def measure_variant(self, outputs, baseline):
         from aigc.workloads.text.serving import measure
 
         return measure([o["text"] for o in outputs], [b["text"] for b in baseline])
-
-    def variant_checks(self, entry, cfg):
-        return {"agreement_vs_fp32": entry["agreement_vs_fp32"] >= cfg.workload.settings.min_text_agreement}
-
-    def demo_prompts(self, lake, date, cfg, key):
-        from aigc.workloads.text.serving import demo_prompts
-
-        return demo_prompts(lake, date, cfg, key)
 
     def prompt_options(self, cfg):
         from aigc.generate.pinned import PromptOption
@@ -136,11 +118,6 @@ class HFCausalLMWorkload(Workload):
 
         return shard_model(lake, plan, cfg, HFServing)
 
-    def gallery(self, rows):
-        from aigc.workloads.text.serving import samples_page
-
-        return "samples.md", samples_page(rows)
-
     def judge(self, lake, evaluation, cfg):
         from aigc.workloads.hf_lm.evaluation import HFJudge
 
@@ -150,18 +127,6 @@ class HFCausalLMWorkload(Workload):
         from aigc.workloads.hf_lm.evaluation import hf_checks
 
         return hf_checks(metrics, cfg.evaluate_gate, cfg.workload.settings)
-
-    def write_report(self, lake, prefix, metrics, points, front, record, generation):
-        from aigc.evaluate.runs import generated_rows
-        from aigc.workloads.text.evaluation import write_text_report
-
-        samples = [r for r in generated_rows(lake, generation) if r["status"] == "generated"][:12]
-        return write_text_report(lake, prefix, metrics, points, samples, quality="Acceptable share")
-
-    def generation_checks(self, rows, cfg):
-        from aigc.workloads.text.serving import generation_checks
-
-        return generation_checks(rows, cfg, cfg.workload.settings.new_tokens)
 
 
 HF_CAUSAL_LM = HFCausalLMWorkload()

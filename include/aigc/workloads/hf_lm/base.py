@@ -48,7 +48,11 @@ LAYOUT = re.compile(r"^(config\.json|generation_config\.json|.+\.safetensors|mod
 """The files of the ``save_pretrained`` layout that loading reads; anything else in a folder is left alone."""
 PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
+TOKENIZER_PREFIXES = ("tokenizer", "vocab", "merges", "special_tokens", "added", "chat_template")
+"""The layout's files a tokenizer is loaded from."""
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+DEMO_PREFIX = "demo:"
+"""How a model card names a demo base (``demo:llama``) in place of a location."""
 
 
 class BaseModelError(ValueError):
@@ -86,8 +90,11 @@ def check_folder(folder: Path, where: str | None = None) -> dict:
 
 
 def local_folder(uri: str, demo_architecture: str = "llama", s3: S3Options | None = None) -> Path:
-    """The checked local folder of the base ``uri`` (empty: the demo base of ``demo_architecture``); a base in S3 is
-    read with ``s3`` (the lake's options in training), else the standard AWS variables."""
+    """The checked local folder of the base ``uri`` (empty: the demo base of ``demo_architecture``; ``demo:ARCH``, as a
+    model card names it, the same); a base in S3 is read with ``s3`` (the lake's options in training), else the
+    standard AWS variables."""
+    if uri.startswith(DEMO_PREFIX):
+        uri, demo_architecture = "", uri.removeprefix(DEMO_PREFIX)
     if not uri:
         from aigc.workloads.hf_lm.demo_base import demo_folder
 
@@ -144,11 +151,12 @@ def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
     return h.hexdigest()
 
 
-def fingerprint(folder: Path) -> dict:
-    """What pins a base: each layout file's sha256, and one over them all (the lineage a fine-tuned model records)."""
+def fingerprint(folder: Path, tokenizer_only: bool = False) -> dict:
+    """What pins a base: each layout file's sha256, and one over them all (the lineage a fine-tuned model records);
+    ``tokenizer_only``: the tokenizer's files alone (what serving checks, without reading gigabytes of weights)."""
     files = {}
     for p in sorted(folder.iterdir()):
-        if p.is_file() and LAYOUT.match(p.name):
+        if p.is_file() and LAYOUT.match(p.name) and (not tokenizer_only or p.name.startswith(TOKENIZER_PREFIXES)):
             st = p.stat()
             files[p.name] = _file_sha256(str(p), st.st_size, st.st_mtime_ns)
     return {"sha256": hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest(), "files": files}

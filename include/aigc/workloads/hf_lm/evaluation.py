@@ -107,7 +107,7 @@ class HFJudge(Judge):
     @torch.no_grad()
     def _mean_logprob(self, prompt: str, output: str) -> float:
         s = self.fp32
-        p_ids = s.prompt_ids([prompt])[0]
+        p_ids = s.items([{"prompt": prompt, "seed": 0}])[0].ids
         o_ids = s.tokenizer(output, add_special_tokens=False)["input_ids"][: s.new_tokens]
         if not o_ids:
             return 0.0

@@ -14,9 +14,14 @@ from safetensors.torch import load as load_safetensors
 
 from aigc.registry import variants
 from aigc.workload import Serving
-from aigc.workloads.hf_lm.base import BaseModelError, fingerprint, load_tokenizer, local_folder, model_from_config
-
-DEMO_PREFIX = "demo:"
+from aigc.workloads.hf_lm.base import (
+    TOKENIZER_PREFIXES,
+    BaseModelError,
+    fingerprint,
+    load_tokenizer,
+    local_folder,
+    model_from_config,
+)
 
 
 class Item(NamedTuple):
@@ -28,7 +33,6 @@ class Item(NamedTuple):
     temperature: float
     top_p: float
     stop: tuple[str, ...]
-"""How a card names the demo base (``HFTrainingTask.card``): ``demo:llama``."""
 
 
 def base_folder_of(card: dict):
@@ -36,10 +40,9 @@ def base_folder_of(card: dict):
     pinned (a base replaced since would tokenize differently)."""
     hf = card["hf"]
     uri = hf["base_uri"]
-    folder = (local_folder("", uri.removeprefix(DEMO_PREFIX)) if uri.startswith(DEMO_PREFIX) else local_folder(uri))
-    now, pinned = fingerprint(folder)["files"], hf["base"]["files"]
-    changed = sorted(n for n in pinned if n.startswith(("tokenizer", "vocab", "merges", "special_tokens", "added"))
-                     and now.get(n) != pinned[n])
+    folder = local_folder(uri)
+    now, pinned = fingerprint(folder, tokenizer_only=True)["files"], hf["base"]["files"]
+    changed = sorted(n for n in pinned if n.startswith(TOKENIZER_PREFIXES) and now.get(n) != pinned[n])
     if changed:
         raise BaseModelError(f"the base at {uri} is not the one this version was trained from: its {changed} "
                              "changed since (sha256 differs from the model card's); restore it, or train again")
@@ -68,21 +71,20 @@ class HFServing(Serving):
         self.model.to(device=device, dtype=dtype).eval()
         self.version, self.variant, self.device = version, variant, device
 
-    def prompt_ids(self, prompts: list[str]) -> list[list[int]]:
-        keep = max(1, self.context - self.new_tokens)
-        eos = self.tokenizer.eos_token_id
-        return [self.tokenizer(p, add_special_tokens=False)["input_ids"][-keep:] or [eos] for p in prompts]
-
     # What stage 4's shard engine and stage 5's batched answers use (aigc.workloads.text.serving.shard_model): a
     # prompt's item is its token ids, its seed and its own settings (the prompt file's options, else the model's).
+    def settings_of(self, prompt: dict) -> tuple[int, float, float, tuple[str, ...]]:
+        """(max new tokens, temperature, top-p, stop strings) of a prompt: its options, else the model's."""
+        o = prompt.get("options") or {}
+        return (int(o.get("max_new_tokens", self.new_tokens)), float(o.get("temperature", self.temperature)),
+                float(o.get("top_p", self.top_p)), tuple(o.get("stop", ())))
+
     def items(self, prompts: list[dict]) -> list[Item]:
         eos, out = self.tokenizer.eos_token_id, []
         for p in prompts:
-            o = p.get("options") or {}
-            new = int(o.get("max_new_tokens", self.new_tokens))
+            new, temperature, top_p, stop = self.settings_of(p)
             ids = self.tokenizer(p["prompt"], add_special_tokens=False)["input_ids"][-max(1, self.context - new):]
-            out.append(Item(ids or [eos], int(p["seed"]), new, float(o.get("temperature", self.temperature)),
-                            float(o.get("top_p", self.top_p)), tuple(o.get("stop", ()))))
+            out.append(Item(ids or [eos], int(p["seed"]), new, temperature, top_p, stop))
         return out
 
     @staticmethod
@@ -90,9 +92,9 @@ class HFServing(Serving):
         return len(item.ids)
 
     def cache_key(self, prompt: dict) -> list:
-        (item,) = self.items([prompt])
-        sampled = [item.seed, item.temperature, item.top_p] if item.temperature > 0 else []
-        return [prompt["prompt"], item.max_new, list(item.stop), *sampled]
+        new, temperature, top_p, stop = self.settings_of(prompt)
+        sampled = [prompt["seed"], temperature, top_p] if temperature > 0 else []
+        return [prompt["prompt"], new, list(stop), *sampled]
 
     def output(self, item: Item, tokens: list[int]) -> dict:
         """A continuation's row values, cut before the first of the prompt's stop strings (the tokens that made

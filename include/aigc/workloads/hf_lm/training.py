@@ -9,14 +9,16 @@ pins the base by its files' hashes.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
+from functools import cached_property
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from aigc.workload import Loss, TrainingTask
-from aigc.workloads.hf_lm.base import fingerprint, load_model, load_tokenizer, local_folder
+from aigc.workloads.hf_lm.base import DEMO_PREFIX, fingerprint, load_model, load_tokenizer, local_folder
 from aigc.workloads.text.training import WindowTexts
 
 CHARS_PER_TOKEN_BOUND = 16
@@ -30,8 +32,8 @@ class HFTrainingTask(TrainingTask):
         self.folder = local_folder(self.settings.base_model_uri, self.settings.demo_architecture,
                                    getattr(lake, "options", None))
         self.tokenizer = load_tokenizer(self.folder)
-        self.base = fingerprint(self.folder)
-        self.context = _context(self.settings.context, self.folder)
+        self.config = json.loads((self.folder / "config.json").read_text())
+        self.context = _context(self.settings.context, self.config)
         self.texts = WindowTexts(lake, index)
         self._encoded: OrderedDict[int, np.ndarray] = OrderedDict()
         self._val = index.split(cfg.train.val_fraction, cfg.train.val_max)[1]  # the loop's validation split
@@ -87,16 +89,16 @@ class HFTrainingTask(TrainingTask):
         per_token = F.cross_entropy(logits.float().transpose(1, 2), ids[:, 1:], reduction="none")
         return Loss((per_token * real).sum() / real.sum().clamp(min=1), {})
 
+    @cached_property
+    def base(self) -> dict:
+        """The base's fingerprint (its files' hashes: the weights read once, when the card or a warm start needs it)."""
+        return fingerprint(self.folder)
+
     def card(self):
-        return {"hf": {"config": self._config(), "base_uri": self.settings.base_model_uri or
-                       f"demo:{self.settings.demo_architecture}", "base": self.base, "context": self.context,
+        return {"hf": {"config": self.config, "base_uri": self.settings.base_model_uri or
+                       f"{DEMO_PREFIX}{self.settings.demo_architecture}", "base": self.base, "context": self.context,
                        "new_tokens": self.settings.new_tokens, "temperature": self.settings.temperature,
                        "top_p": self.settings.top_p}}
-
-    def _config(self) -> dict:
-        import json
-
-        return json.loads((self.folder / "config.json").read_text())
 
     def adopt(self, card):
         # A version of the same base (by its files' hashes) continues; another base's weights mean other tokens.
@@ -128,11 +130,8 @@ class HFTrainingTask(TrainingTask):
                 "ratio": paired["ratio"].to_dict()}
 
 
-def _context(wanted: int, folder) -> int:
+def _context(wanted: int, config: dict) -> int:
     """The training window: ``wanted`` tokens, never past the positions the base has (its max_position_embeddings)."""
-    import json
-
-    config = json.loads((folder / "config.json").read_text())
     limit = config.get("max_position_embeddings") or config.get("n_positions") or wanted
     return min(wanted, int(limit) - 1)
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from aigc.workload import Workload
 from aigc.workloads.text.config import TextSettings
+from aigc.workloads.text.documents import DocumentWorkload
 
 
-class TextWorkload(Workload):
+class TextWorkload(DocumentWorkload):
     name = "text"
     settings_class = TextSettings
     cli_settings = {"make-raw": ("mean_items", "max_items"),
@@ -76,40 +76,16 @@ class TextWorkload(Workload):
 
         return TextServing(card, variant, data, device, version)
 
-    def smoke_prompts(self, n, seed):
-        from aigc.workloads.text.serving import smoke_prompts
-
-        return smoke_prompts(n, seed)
-
     def measure_variant(self, outputs, baseline):
         from aigc.workloads.text.serving import measure
 
         return measure(outputs, baseline)
 
-    def variant_checks(self, entry, cfg):
-        return {"agreement_vs_fp32": entry["agreement_vs_fp32"] >= cfg.workload.settings.min_text_agreement}
-
-    output_columns = (("text", "large_string"), ("prompt_tokens", "int32"), ("new_tokens", "int32"))
-
-    def demo_prompts(self, lake, date, cfg, key):
-        from aigc.workloads.text.serving import demo_prompts
-
-        return demo_prompts(lake, date, cfg, key)
 
     def shard_model(self, lake, plan, cfg):
         from aigc.workloads.text.serving import shard_model
 
         return shard_model(lake, plan, cfg)
-
-    def gallery(self, rows):
-        from aigc.workloads.text.serving import samples_page
-
-        return "samples.md", samples_page(rows)
-
-    def generation_checks(self, rows, cfg):
-        from aigc.workloads.text.serving import generation_checks
-
-        return generation_checks(rows, cfg, cfg.workload.settings.new_tokens)
 
     def judge(self, lake, evaluation, cfg):
         from aigc.workloads.text.evaluation import TextJudge
@@ -121,22 +97,10 @@ class TextWorkload(Workload):
 
         return text_checks(metrics, cfg.evaluate_gate, cfg.workload.settings)
 
-    def write_report(self, lake, prefix, metrics, points, front, record, generation):
-        from aigc.evaluate.runs import generated_rows
-        from aigc.workloads.text.evaluation import write_text_report
-
-        samples = [r for r in generated_rows(lake, generation) if r["status"] == "generated"][:12]
-        return write_text_report(lake, prefix, metrics, points, samples)
-
     def records(self, cfg):
         from aigc.workloads.text.records import TextRecords
 
         return TextRecords(cfg.workload.settings if cfg is not None else None)
-
-    def make_raw_drop(self, raw, date, cfg):
-        from aigc.workloads.text.corpus import make_text_drop
-
-        return make_text_drop(raw, date, cfg.raw, cfg.workload.settings)
 
 
 TEXT = TextWorkload()
