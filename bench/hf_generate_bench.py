@@ -8,7 +8,9 @@ logs cut to long-tailed lengths (log-uniform, 8 to ~990 tokens), in a shuffled o
 Policies, over the same prompts, greedy (so outputs can be compared):
 
 * ``generate_bK``: ``model.generate`` on fixed batches of K prompts in file order, left-padded (the library's
-  batched call, K in a sweep that brackets its best); the best of them in hindsight is the baseline;
+  batched call, K in a sweep that brackets its best);
+* ``generate_sorted_bK``: the same on the prompts sorted by length first (little padding: what a careful user
+  writes), answers put back in file order; the best of every fixed policy in hindsight is the baseline;
 * ``ours``: the workload's decoding loop under ``AdaptiveBatcher`` (prompts bucketed by tokens, the batch grown
   under the memory model of ``HFServing.memory``), as stage 4 runs it.
 
@@ -41,12 +43,12 @@ def serving(new_tokens: int):
     from safetensors.torch import save
 
     from aigc.registry.variants import unshared
-    from aigc.workloads.hf_lm.base import fingerprint, load_model, local_folder
+    from aigc.workloads.hf_lm.base import DEMO_PREFIX, fingerprint, load_model, local_folder
     from aigc.workloads.hf_lm.serving import HFServing
 
     folder = local_folder("", "llama")
     model = load_model(folder)
-    card = {"hf": {"config": json.loads((folder / "config.json").read_text()), "base_uri": "demo:llama",
+    card = {"hf": {"config": json.loads((folder / "config.json").read_text()), "base_uri": f"{DEMO_PREFIX}llama",
                    "base": fingerprint(folder), "context": 1024, "new_tokens": new_tokens, "temperature": 0.0}}
     return HFServing(card, "fp32", save(unshared(model.state_dict())), torch.device("cpu"), "bench")
 
@@ -82,6 +84,16 @@ def generate_fixed(s, items: list[list[int]], k: int) -> list[list[int]]:
     return out
 
 
+def generate_sorted(s, items: list[list[int]], k: int) -> list[list[int]]:
+    """Fixed batches of ``k`` over the prompts sorted by length, answers back in file order."""
+    order = sorted(range(len(items)), key=lambda i: len(items[i]))
+    answers = generate_fixed(s, [items[i] for i in order], k)
+    out: list[list[int]] = [[] for _ in items]
+    for i, answer in zip(order, answers, strict=True):
+        out[i] = answer
+    return out
+
+
 def ours(s, items: list[list[int]]) -> list[list[int]]:
     from aigc.batching import AdaptiveBatcher, DeviceProbe
     from aigc.workloads.hf_lm.serving import Item
@@ -104,6 +116,8 @@ def main() -> None:
     for n in args.prompts:
         items = prompts(s, n)
         policies = {**{f"generate_b{k}": (lambda k=k, items=items: generate_fixed(s, items, k)) for k in SWEEP},
+                    **{f"generate_sorted_b{k}": (lambda k=k, items=items: generate_sorted(s, items, k))
+                       for k in SWEEP},
                     "ours": lambda items=items: ours(s, items)}
         reference = generate_fixed(s, items, 1)
         times: dict[str, list[float]] = {p: [] for p in policies}
@@ -121,7 +135,7 @@ def main() -> None:
             rows.append({"prompts": n, "policy": name, "tokens_per_s": round(statistics.median(rates), 1),
                          "range": [round(min(rates), 1), round(max(rates), 1)], "new_tokens": tokens[name],
                          "agreement_with_b1": round(agreement[name], 4), "repeats": args.repeats})
-            print(f"{n:4d} prompts  {name:12s} {rows[-1]['tokens_per_s']:8.1f} tokens/s "
+            print(f"{n:4d} prompts  {name:19s} {rows[-1]['tokens_per_s']:8.1f} tokens/s "
                   f"({rows[-1]['range'][0]}–{rows[-1]['range'][1]})  agreement {agreement[name]:.3f}",
                   file=sys.stderr)
     summary = []

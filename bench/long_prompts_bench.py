@@ -54,14 +54,11 @@ def text_decoder():
 def hf_decoder():
     """The same for a transformers Llama of the same size served by the hf-causal-lm workload's own code (the
     demo base's tokenizer; a config with room for 4,096-token prompts), greedy."""
-    import json as _json
-    import tempfile
-
     from safetensors.torch import save
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from aigc.registry.variants import unshared
-    from aigc.workloads.hf_lm.base import fingerprint, load_tokenizer, local_folder
+    from aigc.workloads.hf_lm.base import DEMO_PREFIX, fingerprint, load_tokenizer, local_folder
     from aigc.workloads.hf_lm.serving import HFServing, Item
 
     demo = local_folder("", "llama")
@@ -71,10 +68,8 @@ def hf_decoder():
                          tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                          pad_token_id=tok.pad_token_id)
     model = AutoModelForCausalLM.from_config(config)
-    with tempfile.TemporaryDirectory() as tmp:
-        config.save_pretrained(tmp)
-        card = {"hf": {"config": _json.loads((Path(tmp) / "config.json").read_text()), "base_uri": "demo:llama",
-                       "base": fingerprint(demo), "context": LENGTH + NEW + 1, "new_tokens": NEW, "temperature": 0.0}}
+    card = {"hf": {"config": config.to_diff_dict(), "base_uri": f"{DEMO_PREFIX}llama", "base": fingerprint(demo),
+                   "context": LENGTH + NEW + 1, "new_tokens": NEW, "temperature": 0.0}}  # what config.json holds
     serving = HFServing(card, "fp32", save(unshared(model.state_dict())), torch.device("cpu"), "bench")
     return (lambda batch: serving.continue_items([Item(x, 0, NEW, 0.0, 1.0, ()) for x in batch], greedy=True),
             serving.memory())
