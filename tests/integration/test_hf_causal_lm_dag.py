@@ -22,7 +22,11 @@ def test_a_users_model_folder_named_in_the_form_goes_through_the_five_stages(air
     folder = local_folder("", "gpt2")  # a save_pretrained folder, as a user's would be
     lake = open_lake(str(tmp_path / "lake"))
     env = {**airflow_env, "AIGC_LAKE_URI": lake.uri, "AIGC_ALLOWED_ROOTS": str(folder)}
-    conf = {"preset": "smoke", "workload": "hf-causal-lm", "settings": {"base_model_uri": str(folder)}}
+    # One training process: gate 2's rank balance is measured on timing, and 20 steps of a 2-layer, 64-wide model
+    # are milliseconds each, too short to decide it beside the rest of make test on two cores (a fresh-clone run
+    # failed there once); two ranks of this workload run under torchrun in the manual checks, not here.
+    conf = {"preset": "smoke", "workload": "hf-causal-lm", "nproc": 1,
+            "settings": {"base_model_uri": str(folder)}}
     artifacts = ROOT / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     log = artifacts / f"pipeline-hf-{uuid.uuid4().hex[:6]}.log"
