@@ -1,5 +1,5 @@
-"""The DAG in real Airflow (`airflow dags test`) on a producer's drop, on the paths where it stops: the default
-preset's scheduled prepare, a missing prompt file, a failing gate. The whole pipeline on S3 through the
+"""The DAGs in real Airflow (`airflow dags test`) on the paths where they stop: the default preset's scheduled
+prepare of a producer's drop, a missing prompt file, a failing gate. The whole pipeline on S3 through the
 ``aws_default`` connection runs in test_stage_dags_match_the_cli.py (the text workload, as `make demo
 WORKLOAD=text` shows it), and the image workload's through a live deployment in tests/e2e/.
 """
@@ -90,23 +90,28 @@ def test_a_scheduled_prepare_with_the_default_preset_reads_a_producers_drop_and_
     assert manifest["drop"]["objects"] == len(before)
 
 
-def test_missing_prompts_fail_planning_at_once_with_the_reason(airflow_env, tmp_path):
-    from aigc.config import RawDropConfig
-    from aigc.workloads.image.rawdrop import make_raw_drop
+def test_missing_prompts_fail_planning_at_once_with_the_reason(airflow_env, deployed_lake):
+    """aigc_generate for a date whose producer dropped no prompt file: the candidate (registered, its fp32 variant
+    through gate 3) is not asked to answer demo prompts in its place (the run's drop is the producer's), and
+    planning fails at once.
+    (The stage DAG rather than aigc_pipeline: the pipeline's planning task is the same task, after minutes of
+    stages 1–3 that change nothing here.)"""
+    from tests.training_fixtures import DATE
 
-    lake = open_lake(str(tmp_path / "lake"))
-    make_raw_drop(lake.sub("raw/shapes"), "2026-11-24", RawDropConfig(n=300, seed=6))
-    env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}
-    rc, log = dags_test(env, "2026-11-24", {**CONF, "drop": "producer"})
+    env = {**airflow_env, "AIGC_LAKE_URI": str(deployed_lake.root)}
+    rc, log = dags_test(env, DATE, {**CONF, "drop": "producer", "variant": "fp32"}, dag_id="aigc_generate")
     assert rc != 0 or "state=failed" in log
-    assert "no prompt file at" in log and "prompts/shapes/dt=2026-11-24/prompts.jsonl" in log
+    assert "no prompt file at" in log and f"prompts/shapes/dt={DATE}/prompts.jsonl" in log
     assert "up_for_retry" not in log  # a missing input is not retried
+    assert not deployed_lake.list("generations")  # nothing generated, nothing published
 
 
 def test_a_failing_gate_fails_the_run_and_publishes_nothing(airflow_env, tmp_path):
+    """Gate 1 in aigc_prepare (the same task group as aigc_pipeline's: there, every later task waits on it too, and
+    `dags test` then spends a second per level of the graph marking them upstream-failed)."""
     env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}
     console = io.StringIO()
-    rc, log = dags_test(env, "2026-11-26", {**CONF, "min_rows": 100_000}, console=console)
+    rc, log = dags_test(env, "2026-11-26", {**CONF, "min_rows": 100_000}, console=console, dag_id="aigc_prepare")
     assert rc != 0 or "state=failed" in log
     assert "partition: expect_column_values_to_be_between(column='rows', min_value=100000" in log
     assert "fewer than the minimum 100000" in log and "the trigger form's 'min_rows' field" in log
