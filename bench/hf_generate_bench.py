@@ -11,6 +11,8 @@ Policies, over the same prompts, greedy (so outputs can be compared):
   batched call, K in a sweep that brackets its best);
 * ``generate_sorted_bK``: the same on the prompts sorted by length first (little padding: what a careful user
   writes), answers put back in file order; the best of every fixed policy in hindsight is the baseline;
+* ``pipeline_bK``: ``pipeline("text-generation", batch_size=K)`` on the prompts' text (the library's highest-level
+  call; it pads on the left, in file order), its continuations compared as text;
 * ``ours``: the workload's decoding loop under ``AdaptiveBatcher`` (prompts bucketed by tokens, the batch grown
   under the memory model of ``HFServing.memory``), as stage 4 runs it.
 
@@ -36,6 +38,7 @@ from bench.provenance import write_results
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "hf_generate.json"
 SWEEP = (1, 4, 16, 64)
+PIPELINE_SWEEP = (4, 16, 64)  # batch 1 is generate_b1 with the pipeline's overhead: minutes at 1,024 prompts
 
 
 def serving(new_tokens: int):
@@ -84,6 +87,20 @@ def generate_fixed(s, items: list[list[int]], k: int) -> list[list[int]]:
     return out
 
 
+def text_pipeline(s):
+    """``transformers``' text-generation pipeline over the served model and tokenizer, greedy, left-padded."""
+    from transformers import pipeline
+
+    s.tokenizer.padding_side = "left"  # what the pipeline needs of a decoder-only model in batches
+    return pipeline("text-generation", model=s.model, tokenizer=s.tokenizer, device=s.device)
+
+
+def pipeline_fixed(pipe, s, texts: list[str], k: int) -> list[str]:
+    out = pipe(texts, batch_size=k, max_new_tokens=s.new_tokens, do_sample=False, return_full_text=False,
+               pad_token_id=s.tokenizer.pad_token_id)
+    return [o[0]["generated_text"] for o in out]
+
+
 def generate_sorted(s, items: list[list[int]], k: int) -> list[list[int]]:
     """Fixed batches of ``k`` over the prompts sorted by length, answers back in file order."""
     order = sorted(range(len(items)), key=lambda i: len(items[i]))
@@ -112,14 +129,19 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     s = serving(args.new_tokens)
+    pipe = text_pipeline(s)
     rows = []
     for n in args.prompts:
         items = prompts(s, n)
+        texts = [s.tokenizer.decode(x) for x in items]
         policies = {**{f"generate_b{k}": (lambda k=k, items=items: generate_fixed(s, items, k)) for k in SWEEP},
                     **{f"generate_sorted_b{k}": (lambda k=k, items=items: generate_sorted(s, items, k))
                        for k in SWEEP},
+                    **{f"pipeline_b{k}": (lambda k=k, texts=texts: pipeline_fixed(pipe, s, texts, k))
+                       for k in PIPELINE_SWEEP},
                     "ours": lambda items=items: ours(s, items)}
         reference = generate_fixed(s, items, 1)
+        reference_text = [s.tokenizer.decode(x) for x in reference]
         times: dict[str, list[float]] = {p: [] for p in policies}
         tokens: dict[str, int] = {}
         agreement: dict[str, float] = {}
@@ -128,8 +150,12 @@ def main() -> None:
                 t0 = time.perf_counter()
                 out = run()
                 times[name].append(time.perf_counter() - t0)
-                tokens[name] = sum(map(len, out))
-                agreement[name] = sum(a == b for a, b in zip(out, reference, strict=True)) / n
+                if out and isinstance(out[0], str):  # the pipeline's text: its tokens counted, compared as text
+                    tokens[name] = sum(len(s.tokenizer(x, add_special_tokens=False)["input_ids"]) for x in out)
+                    agreement[name] = sum(a == b for a, b in zip(out, reference_text, strict=True)) / n
+                else:
+                    tokens[name] = sum(map(len, out))
+                    agreement[name] = sum(a == b for a, b in zip(out, reference, strict=True)) / n
         for name in policies:
             rates = [tokens[name] / t for t in times[name]]
             rows.append({"prompts": n, "policy": name, "tokens_per_s": round(statistics.median(rates), 1),
@@ -140,7 +166,7 @@ def main() -> None:
                   file=sys.stderr)
     summary = []
     for n in args.prompts:
-        fixed = [r for r in rows if r["prompts"] == n and r["policy"] != "ours"]
+        fixed = [r for r in rows if r["prompts"] == n and not r["policy"].startswith("ours")]
         best = max(fixed, key=lambda r: r["tokens_per_s"])
         mine = next(r for r in rows if r["prompts"] == n and r["policy"] == "ours")
         summary.append({"prompts": n, "best_fixed": best["policy"], "ours_vs_best_fixed":
