@@ -24,8 +24,8 @@ one, as fixed batches over sorted items would be. Per bucket:
   fiftieth, so timer noise cannot crown a size and a bucket of quick batches still moves. Sizes ×
   ``grow`` are tried while they pay more than ``tolerance``, and one step past a size that does not
   (a flat stretch of the curve is not its top) where that costs at most an eighth of the items left;
-  when the first steps up do not pay, sizes ÷
-  ``grow`` are tried the same way. The best size measured is kept.
+  when the first steps up do not pay, sizes ÷ ``grow`` are tried the same way. The best size
+  measured is kept.
 * **Re-probe**: once settled, one neighbour (up, then down, in turn) is judged against the best
   size's latest rate after 4 judgements of it, then 8, 16 … up to every ``reprobe_every``: a
   neighbour that pays resumes exploring, so a change in load is followed, and a bucket that
@@ -65,6 +65,10 @@ def is_oom(error: BaseException) -> bool:
     if isinstance(error, torch.OutOfMemoryError | MemoryError):
         return True
     return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+
+
+FIRST_REPROBE = 4
+"""Judgements of a newly settled size before its first re-probe (then twice as many each time)."""
 
 
 def bucket_of(length: int) -> int:
@@ -115,8 +119,9 @@ class _Bucket:
     trial_seconds: float = 0.0
     trial_batches: int = 0
     since_probe: int = 0
-    probe_in: int = 4
-    """Judgements of the best size before the next re-probe: 4 after settling, doubling up to ``reprobe_every``."""
+    probe_in: int = FIRST_REPROBE
+    """Judgements of the best size before the next re-probe: FIRST_REPROBE after settling, doubling up to
+    ``reprobe_every``."""
     next_probe: int = 1
     """Direction of the next re-probe: up, then down, in turn."""
     ceiling: int | None = None
@@ -281,7 +286,7 @@ class AdaptiveBatcher:
             self._decay_ceiling(state)
             # A batch cut short by the shard's end or a ceiling is not a judgement, nor is one slowed by its meter.
             if size == state.size and not (metered and self.peaks.intrusive):
-                work = size * max(self.lengths[i] for i in batch)  # padded to its longest
+                work = size * self.lengths[batch[0]]  # padded to its first, longest item
                 self._measure(state, size, seconds, work, cap, len(order) - position)
         return position
 
@@ -358,7 +363,7 @@ class AdaptiveBatcher:
             if nxt != state.best_size:
                 state.size = nxt
                 return
-        state.direction, state.size, state.since_probe, state.probe_in = 0, state.best_size, 0, 4
+        state.direction, state.size, state.since_probe, state.probe_in = 0, state.best_size, 0, FIRST_REPROBE
 
     def _judge_settled(self, state: _Bucket, size: int, rate: float, pays: bool, cap: int) -> None:
         if size == state.best_size:
