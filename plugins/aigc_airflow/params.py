@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 from airflow.sdk import Param
@@ -13,9 +12,12 @@ from aigc.config.form import SETTINGS, fields_of
 from aigc.config.workload import DEFAULT_SETTING
 from aigc_airflow.runtime import access_policy, deployment_setting
 
-# The form's preset when a user presses Trigger unchanged (and for scheduled and asset-triggered runs): a
-# deployment sets it (a laptop: demo; a CI cluster: smoke); the full-size "default" otherwise.
-DEFAULT_PRESET = os.environ.get("AIGC_DEFAULT_PRESET", "default")
+
+def default_preset() -> str:
+    """The form's preset when a user presses Trigger unchanged (and for scheduled and asset-triggered runs): a
+    deployment sets it (``AIGC_DEFAULT_PRESET`` or ``[aigc] default_preset``; a laptop: demo, a CI cluster: smoke);
+    the full-size "default" otherwise. Read as the form is built, like the workload's default."""
+    return deployment_setting("AIGC_DEFAULT_PRESET") or "default"
 
 
 def default_workload(policy: AccessPolicy | None = None) -> str:
@@ -31,7 +33,7 @@ def params_for(*stages: str, policy: AccessPolicy | None = None) -> dict[str, Pa
     form and the REST API refuse a value outside at trigger time; every task checks again (run_params), for the
     runs asset events start."""
     policy = policy or access_policy()
-    params = {"preset": Param(DEFAULT_PRESET, enum=list(PRESETS), title="Preset",
+    params = {"preset": Param(default_preset(), enum=list(PRESETS), title="Preset",
                               description="Named configuration: 'demo' is small enough for a laptop in minutes; "
                                           "'smoke' checks a deployment end to end in about one (its model is not "
                                           "meant to be good). The fields below override it."),

@@ -6,48 +6,14 @@ WORKLOAD=text` shows it), and the image workload's through a live deployment in 
 
 import io
 import json
-import os
-import subprocess
-import sys
-import uuid
-from pathlib import Path
 
 import pytest
 
-from aigc.devtools.demo import run_dag_test
 from aigc.lake import open_lake
 from aigc.lake.keys import partition
 from aigc.lake.publish import NotPublished, resolve
-from aigc_airflow.operations import ASSET_MANAGER
 
-ROOT = Path(__file__).resolve().parents[2]
-AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 pytestmark = pytest.mark.airflow
-
-
-@pytest.fixture(scope="module")
-def airflow_env(tmp_path_factory):
-    home = tmp_path_factory.mktemp("airflow-home")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AIRFLOW", "AIGC_"))}
-    env.update({
-        "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "GX_ANALYTICS_ENABLED": "False",
-        "NO_PROXY": "127.0.0.1,localhost",
-        **ASSET_MANAGER,  # as `make demo` sets it: its asset events are queued through the same manager
-    })
-    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    return env
-
-
-def dags_test(env, date, conf, timeout=600, console: io.StringIO | None = None, dag_id: str = "aigc_pipeline"):
-    """Run the DAG for ``date`` as `make demo` does (aigc.devtools.demo: the full log to a file, the progress
-    lines to ``console``); the log is kept under test-artifacts/ for whoever debugs it."""
-    artifacts = ROOT / "test-artifacts"
-    artifacts.mkdir(exist_ok=True)
-    log = artifacts / f"dags-test-{date}-{uuid.uuid4().hex[:6]}.log"
-    rc = run_dag_test(date, conf, env, log, out=console or io.StringIO(), timeout_s=timeout, dag_id=dag_id)
-    return rc, log.read_text()
 
 
 # The smoke preset: every stage for real at check size (a 40-step model draws blobs, so gates 2 and 5
@@ -61,7 +27,7 @@ def _drop_bytes(raw, date: str) -> dict[str, tuple[bytes, str]]:
 
 
 def test_a_scheduled_prepare_with_the_default_preset_reads_a_producers_drop_and_writes_nothing_there(
-        airflow_env, tmp_path):
+        airflow_env, dags_test, tmp_path):
     """Fails on d70b129: the form's "synthetic drop" was on by default, so the scheduled run deleted the producer's
     drop and trained on synthetic shapes. Now the default preset waits for the producer's _SUCCESS, curates
     exactly its records, and leaves every file of it as it was (bytes and modification times)."""
@@ -90,7 +56,7 @@ def test_a_scheduled_prepare_with_the_default_preset_reads_a_producers_drop_and_
     assert manifest["drop"]["objects"] == len(before)
 
 
-def test_missing_prompts_fail_planning_at_once_with_the_reason(airflow_env, deployed_lake):
+def test_missing_prompts_fail_planning_at_once_with_the_reason(airflow_env, dags_test, deployed_lake):
     """aigc_generate for a date whose producer dropped no prompt file: the candidate (registered, its fp32 variant
     through gate 3) is not asked to answer demo prompts in its place (the run's drop is the producer's), and
     planning fails at once.
@@ -106,7 +72,7 @@ def test_missing_prompts_fail_planning_at_once_with_the_reason(airflow_env, depl
     assert not deployed_lake.list("generations")  # nothing generated, nothing published
 
 
-def test_a_failing_gate_fails_the_run_and_publishes_nothing(airflow_env, tmp_path):
+def test_a_failing_gate_fails_the_run_and_publishes_nothing(airflow_env, dags_test, tmp_path):
     """Gate 1 in aigc_prepare (the same task group as aigc_pipeline's: there, every later task waits on it too, and
     `dags test` then spends a second per level of the graph marking them upstream-failed)."""
     env = {**airflow_env, "AIGC_LAKE_URI": str(tmp_path / "lake")}

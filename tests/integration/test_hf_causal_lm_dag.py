@@ -5,20 +5,17 @@ allowed roots is refused by the tasks' validation path: tests/plugins/test_runti
 from __future__ import annotations
 
 import io
-import uuid
 
 import pytest
 
-from aigc.devtools.demo import run_dag_test
 from aigc.lake import open_lake
 from aigc.workloads.hf_lm.base import fingerprint, local_folder
-from tests.integration.test_dag_end_to_end import ROOT, airflow_env  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.airflow
 DATE = "2026-11-28"
 
 
-def test_a_users_model_folder_named_in_the_form_goes_through_the_five_stages(airflow_env, tmp_path):  # noqa: F811
+def test_a_users_model_folder_named_in_the_form_goes_through_the_five_stages(airflow_env, dags_test, tmp_path):
     folder = local_folder("", "gpt2")  # a save_pretrained folder, as a user's would be
     lake = open_lake(str(tmp_path / "lake"))
     env = {**airflow_env, "AIGC_LAKE_URI": lake.uri, "AIGC_ALLOWED_ROOTS": str(folder)}
@@ -27,12 +24,9 @@ def test_a_users_model_folder_named_in_the_form_goes_through_the_five_stages(air
     # failed there once); two ranks of this workload run under torchrun in the manual checks, not here.
     conf = {"preset": "smoke", "workload": "hf-causal-lm", "nproc": 1,
             "settings": {"base_model_uri": str(folder)}}
-    artifacts = ROOT / "test-artifacts"
-    artifacts.mkdir(exist_ok=True)
-    log = artifacts / f"pipeline-hf-{uuid.uuid4().hex[:6]}.log"
     console = io.StringIO()
-    rc = run_dag_test(DATE, conf, env, log, out=console, timeout_s=900)
-    assert rc == 0 and "state=failed" not in log.read_text(), log.read_text()[-4000:]
+    rc, log = dags_test(env, DATE, conf, console=console, timeout=900, name="pipeline-hf")
+    assert rc == 0 and "state=failed" not in log, log[-4000:]
     assert "gate evaluation: PASS" in console.getvalue()
     (card_key,) = [k for k in lake.list("training/hf-causal-lm") if k.endswith("/model.json")]
     card = lake.get_json(card_key)["hf"]

@@ -10,9 +10,7 @@ import uuid
 import pytest
 
 from aigc.cli import main
-from aigc.devtools.demo import run_dag_test
 from aigc.lake import open_lake
-from tests.integration.test_dag_end_to_end import ROOT, airflow_env  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.airflow
 DATE = "2026-11-27"
@@ -42,19 +40,16 @@ def published(lake) -> dict:
     return state
 
 
-def test_each_stage_publishes_the_same_objects_from_the_cli_and_from_its_dag(airflow_env, tmp_path, capsys):  # noqa: F811
+def test_each_stage_publishes_the_same_objects_from_the_cli_and_from_its_dag(airflow_env, dags_test, tmp_path,
+                                                                             capsys):
     cli_lake, dag_lake = open_lake(str(tmp_path / "cli")), open_lake(str(tmp_path / "dag"))
     env = {**airflow_env, "AIGC_LAKE_URI": dag_lake.uri}
     common = ["--preset", "smoke", "--lake", cli_lake.uri, "--date", DATE]
     assert main(["make-raw", *common]) == 0
-    artifacts = ROOT / "test-artifacts"
-    artifacts.mkdir(exist_ok=True)
     for stage, args, conf in STAGES:
         assert main([*args, *common]) == 0, capsys.readouterr().err[-3000:]
-        log = artifacts / f"stage-dag-{stage}-{uuid.uuid4().hex[:6]}.log"
-        rc = run_dag_test(DATE, {"preset": "smoke", **conf}, env, log, out=io.StringIO(), timeout_s=600,
-                          dag_id=f"aigc_{stage}")
-        assert rc == 0 and "state=failed" not in log.read_text(), log.read_text()[-4000:]
+        rc, log = dags_test(env, DATE, {"preset": "smoke", **conf}, dag_id=f"aigc_{stage}", name="stage-dag")
+        assert rc == 0 and "state=failed" not in log, log[-4000:]
         cli, dag = published(cli_lake), published(dag_lake)
         assert cli == dag, (stage, {k: (cli.get(k), dag.get(k)) for k in cli.keys() | dag.keys()
                                     if cli.get(k) != dag.get(k)})
@@ -65,7 +60,7 @@ def test_each_stage_publishes_the_same_objects_from_the_cli_and_from_its_dag(air
     assert all(lake.get_json(k)["owner"] is None for lake in (cli_lake, dag_lake) for k in lake.list("leases"))
 
 
-def test_the_text_workload_chosen_in_the_form_runs_all_five_stages_on_s3(airflow_env, s3_server):  # noqa: F811
+def test_the_text_workload_chosen_in_the_form_runs_all_five_stages_on_s3(airflow_env, dags_test, s3_server):
     """The trigger form's ``workload`` reaches every stage: aigc_pipeline (what ``make demo WORKLOAD=text`` runs)
     takes the text workload through gates 1–5 to publication and promotion, on the S3 server (tasks and the
     torchrun workers reach it only through the aws_default connection, as docker-compose gives it: no AWS_*
@@ -73,12 +68,10 @@ def test_the_text_workload_chosen_in_the_form_runs_all_five_stages_on_s3(airflow
     uri = f"s3://{s3_server.bucket}/text-{uuid.uuid4().hex[:8]}"
     lake = open_lake(uri, s3_server.options())
     env = {**airflow_env, "AIGC_LAKE_URI": uri, "AIRFLOW_CONN_AWS_DEFAULT": s3_server.env()["AIRFLOW_CONN_AWS_DEFAULT"]}
-    artifacts = ROOT / "test-artifacts"
-    artifacts.mkdir(exist_ok=True)
-    log = artifacts / f"pipeline-text-{uuid.uuid4().hex[:6]}.log"
     console = io.StringIO()
-    rc = run_dag_test(DATE, {"preset": "smoke", "workload": "text"}, env, log, out=console, timeout_s=900)
-    assert rc == 0 and "state=failed" not in log.read_text(), log.read_text()[-4000:]
+    rc, log = dags_test(env, DATE, {"preset": "smoke", "workload": "text"}, console=console, timeout=900,
+                        name="pipeline-text")
+    assert rc == 0 and "state=failed" not in log, log[-4000:]
     # `make demo`'s console: a line as each task starts and ends, training's progress, the gates' verdicts.
     shown = console.getvalue()
     for task in ("make_demo_drop", "prepare_part[0]", "merge_parts", "train", "gate_training", "generate_shard[1]",

@@ -54,18 +54,28 @@ class Console:
             self.say(f"    {(m.group(1) or m.group(0)).strip()[:400]}")
 
 
+def run_env(conf: dict, env: dict) -> dict:
+    """The environment a demo's DAG run gets: whoever runs `make demo WORKLOAD=…` is the operator, so the workload
+    is theirs to allow (it becomes the deployment's default)."""
+    return {**env, "AIGC_DEFAULT_WORKLOAD": conf["workload"]} if conf.get("workload") else env
+
+
+def dags_test_argv(dag_id: str, date: str, conf: dict) -> list[str]:
+    """`airflow …`'s arguments that run ``dag_id`` for ``date`` with ``conf`` in one process."""
+    return ["dags", "test", dag_id, date, "-c", json.dumps(conf)]
+
+
 def run_dag_test(date: str, conf: dict, env: dict, log: Path, out: TextIO = sys.stdout,
                  timeout_s: float | None = None, dag_id: str = "aigc_pipeline") -> int:
     """Run a DAG (by default every stage's) for ``date`` in one process; every line to ``log``, the telling
     ones to ``out``."""
     airflow = Path(sys.executable).parent / "airflow"
-    if conf.get("workload"):  # whoever runs `make demo WORKLOAD=…` is the operator: the workload is theirs to allow
-        env = {**env, "AIGC_DEFAULT_WORKLOAD": conf["workload"]}
+    env = run_env(conf, env)
     console = Console(out)
     console.say(f"{dag_id} for {date} on {env.get('AIGC_LAKE_URI')} (full task log: {log})")
-    with log.open("w") as f, subprocess.Popen([str(airflow), "dags", "test", dag_id, date, "-c",
-                                               json.dumps(conf)], env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
+    with log.open("w") as f, subprocess.Popen([str(airflow), *dags_test_argv(dag_id, date, conf)], env=env,
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                              errors="replace") as proc:
         watchdog = threading.Timer(timeout_s, proc.kill) if timeout_s else None
         if watchdog:
             watchdog.start()
