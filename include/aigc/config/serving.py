@@ -53,9 +53,15 @@ class DeployGateThresholds:
 
     max_latency_ms: float = 100.0
     """Per sample, at batch 1 (≈4 ms for the demo model on one idle core; the margin absorbs a busy host)."""
+    max_slowdown_vs_fp32: float = 3.0
+    """A variant slower than fp32 by more than this factor at batch 1, on the device gate 3 timed it on, is not
+    eligible: a variant exists to serve cheaper, and this one only costs there (bf16 on a CPU that emulates it, one
+    without AVX512-BF16 or AMX, ran the demo model ~20× slower than fp32), while stage 5 would judge it on every
+    evaluation prompt for a point it cannot recommend."""
 
     def __post_init__(self) -> None:
         _check_range(self, "max_latency_ms", 0.0, 1e7)
+        _check_range(self, "max_slowdown_vs_fp32", 1.0, 1e6)
 
 
 @dataclass(frozen=True)

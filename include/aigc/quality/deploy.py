@@ -28,7 +28,8 @@ GATE = "deploy"
 
 def smoke_test(lake: Lake, model: str, ref: str, cfg: PipelineConfig, date: str, workload: Workload) -> dict:
     """Gate 3 on a version's variants, judged by ``workload``: each must load
-    safely; fp32 must be fast enough and pass the workload's checks; a variant that misses is not eligible."""
+    safely; fp32 must be fast enough and pass the workload's checks; a variant that misses, or that is more than
+    ``max_slowdown_vs_fp32`` times slower than fp32 here, is not eligible."""
     import great_expectations.expectations as gxe
 
     thresholds = cfg.deploy_gate
@@ -36,6 +37,7 @@ def smoke_test(lake: Lake, model: str, ref: str, cfg: PipelineConfig, date: str,
     record = registry.get(ref)
     version = record["version"]
     rows, check_names = [], []
+    fp32_ms = (record.get("variants", {}).get("fp32") or {}).get("latency_ms_b1") or 0.0
     for kind, entry in sorted(record.get("variants", {}).items()):
         try:
             load_serving(lake, model, version, kind, "cpu", workload.serving)
@@ -44,12 +46,16 @@ def smoke_test(lake: Lake, model: str, ref: str, cfg: PipelineConfig, date: str,
             loads, error = False, f"{type(e).__name__}: {e}"
         checks = workload.variant_checks(entry, cfg)
         check_names = list(checks)
+        slowdown = entry["latency_ms_b1"] / fp32_ms if fp32_ms > 0 else 1.0
         row = {"variant": kind, "loads": loads, "error": error, "latency_ms_b1": entry["latency_ms_b1"],
+               "slowdown_vs_fp32": round(slowdown, 3),
                **{name: entry.get(name) for name in checks}, "size_bytes": entry["size_bytes"],
                **{f"passes_{name}": ok for name, ok in checks.items()}}
-        row["eligible"] = bool(loads and row["latency_ms_b1"] <= thresholds.max_latency_ms and all(checks.values()))
+        row["eligible"] = bool(loads and row["latency_ms_b1"] <= thresholds.max_latency_ms
+                               and slowdown <= thresholds.max_slowdown_vs_fp32 and all(checks.values()))
         rows.append(row)
-    frame = pd.DataFrame(rows, columns=["variant", "loads", "error", "latency_ms_b1", *check_names, "size_bytes",
+    frame = pd.DataFrame(rows, columns=["variant", "loads", "error", "latency_ms_b1", "slowdown_vs_fp32", *check_names,
+                                        "size_bytes",
                                         *[f"passes_{n}" for n in check_names], "eligible"])
     baseline = frame[frame["variant"] == "fp32"]
     tables = [

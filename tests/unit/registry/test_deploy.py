@@ -63,6 +63,24 @@ def test_gate_3_passes_the_baseline_and_marks_variants_that_miss_a_threshold(tra
     assert recorded == result["eligible_variants"]
 
 
+def test_gate_3_leaves_out_a_variant_slower_than_fp32_by_more_than_the_bar_on_the_device_it_was_timed_on(
+        trained_lake):
+    """As if this host emulated bf16 (no AVX512-BF16 or AMX: ~20x fp32's time on the demo model): stage 3 recorded
+    bf16 at 4x fp32's latency. Every other check loosened, the slowdown bar alone decides, on both sides of it."""
+    version = deployed(trained_lake)
+    registry = Registry(trained_lake, "shapes-cvae")
+    variants = registry.get(version)["variants"]
+    variants["bf16"]["latency_ms_b1"] = 4.0 * variants["fp32"]["latency_ms_b1"]
+    registry.update_record(version, variants=variants)
+    loose = image_workload(max_pixel_mae=255.0)
+    for bar, eligible in ((3.0, False), (4.5, True)):
+        cfg = PipelineConfig(workload=loose, deploy_gate=DeployGateThresholds(max_latency_ms=1e6,
+                                                                              max_slowdown_vs_fp32=bar))
+        result = smoke_test(trained_lake, "shapes-cvae", version, cfg, DATE, IMAGE)
+        assert result["success"] and "fp32" in result["eligible_variants"]
+        assert ("bf16" in result["eligible_variants"]) == eligible, bar
+
+
 def test_the_generator_loads_each_variant_and_is_deterministic_per_prompt_and_seed(trained_lake):
     version = deployed(trained_lake)
     prompts, seeds = smoke_prompts(4, 7)

@@ -192,7 +192,8 @@ def test_stage_3_registers_builds_the_torch_variants_and_gates_them(deployed):
     assert bf16["size_vs_fp32"] == pytest.approx(0.5, abs=0.02) and fp32["latency_ms_b1"] > 0
     assert gate["success"] and "fp32" in gate["eligible_variants"]
     bar = cfg.workload.settings.min_text_agreement
-    assert ("bf16" in gate["eligible_variants"]) == (bf16["agreement_vs_fp32"] >= bar)
+    fast_enough = bf16["latency_ms_b1"] <= cfg.deploy_gate.max_slowdown_vs_fp32 * fp32["latency_ms_b1"]
+    assert ("bf16" in gate["eligible_variants"]) == (bf16["agreement_vs_fp32"] >= bar and fast_enough)
     serving = load_serving(lake, "logs-gpt", "candidate", "fp32", "cpu", load_workload("text").serving)
     prompts = ["Log a.\nItem 1: a small red circle at the top.\nItem 2:", "Log b.\nItem 1:"]
     outputs = serving.generate(prompts, [0, 1])
