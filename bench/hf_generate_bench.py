@@ -168,7 +168,7 @@ def main() -> None:
                   file=sys.stderr)
     summary = []
     for n in args.prompts:
-        fixed = [r for r in rows if r["prompts"] == n and not r["policy"].startswith("ours")]
+        fixed = [r for r in rows if r["prompts"] == n and r["policy"] != "ours"]
         best = max(fixed, key=lambda r: r["tokens_per_s"])
         mine = next(r for r in rows if r["prompts"] == n and r["policy"] == "ours")
         summary.append({"prompts": n, "best_fixed": best["policy"], "ours_vs_best_fixed":

@@ -36,6 +36,7 @@ class DagRuns:
     def __init__(self, env: dict, artifacts: Path):
         self.env, self.artifacts = env, artifacts
         self.proc: subprocess.Popen | None = None
+        self.server_log: Path | None = None
 
     def run(self, date: str, conf: dict, env: dict, log: Path, out: TextIO, timeout_s: float = 600,
             dag_id: str = "aigc_pipeline") -> int:
@@ -52,19 +53,25 @@ class DagRuns:
         with log.open("rb") as lines:
             while not select.select([proc.stdout], [], [], 0.5)[0]:
                 _feed(lines, console)
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    self.close()  # a run past its time (or a dead server): the next run starts a new server
+                if time.monotonic() > deadline:
+                    self.close()  # the next run starts a new server
                     console.say(f"the DAG run did not end within {timeout_s:.0f} s; its server was stopped")
                     return -9
-            rc = json.loads(proc.stdout.readline())["rc"]
+            reply = proc.stdout.readline()
             _feed(lines, console)
+        if not reply:  # the server died during the run: no reply, only its end of the pipe
+            self.close()
+            console.say(f"the DAG runs' server died during the run; its own log: {self.server_log}")
+            return -9
+        rc = json.loads(reply)["rc"]
         console.say(f"the DAG run {'succeeded' if rc == 0 else 'FAILED'}")
         return rc
 
     def _server(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
             self.artifacts.mkdir(exist_ok=True)
-            stderr = (self.artifacts / f"dag-runs-server-{os.getpid()}-{time.monotonic_ns()}.log").open("w")
+            self.server_log = self.artifacts / f"dag-runs-server-{os.getpid()}-{time.monotonic_ns()}.log"
+            stderr = self.server_log.open("w")
             self.proc = subprocess.Popen([sys.executable, "-m", "tests.integration.dag_runs"], cwd=ROOT, env=self.env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
             stderr.close()
