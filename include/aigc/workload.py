@@ -141,6 +141,12 @@ class Serving(ABC):
     def generate(self, prompts: list[str], seeds: list[int]) -> list:
         """One output per prompt (the same prompt and seed give the same output, whatever the batch)."""
 
+    def divergence(self, reference: Serving, prompts: list[str], seeds: list[int]) -> dict[str, Any]:
+        """How far this variant's predictions are from ``reference``'s (fp32's) on the smoke prompts, beyond what
+        ``Workload.measure_variant`` reads in the outputs (a language model: its next-token distributions' KL).
+        Recorded in variant.json for every variant, fp32 against itself included; nothing by default."""
+        return {}
+
 
 class Workload(ABC):
     """A model and its data, plugged into the five stages (subclass it; see ``aigc.workloads.image``)."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from aigc.config._checks import _check_range
 from aigc.jsonlines import check_limits
 
-VARIANTS = ("fp32", "bf16", "pruned", "onnx", "int8")
+VARIANTS = ("fp32", "bf16", "pruned", "int8dyn", "onnx", "int8")
 
 
 @dataclass(frozen=True)
@@ -15,9 +15,10 @@ class DeployConfig:
     """Stage 3: which optimised variants to build and how to measure them."""
 
     variants: str = "fp32,bf16"
-    """Comma-separated, of the workload's ``variant_kinds``: fp32 (the baseline, always built), bf16, pruned (the core
-    builds these from the state dict), onnx (ONNX Runtime fp32), int8 (ONNX Runtime, static post-training
-    quantization), which a workload that exports a graph builds (the image workload's default is all five)."""
+    """Comma-separated, of the workload's ``variant_kinds``: fp32 (the baseline, always built), bf16, pruned, int8dyn
+    (int8 linear layers, PyTorch's dynamic quantization, CPU) (the core builds these from the state dict), onnx
+    (ONNX Runtime fp32), int8 (ONNX Runtime, static post-training quantization), which a workload that exports a
+    graph builds (the image workload's default is fp32, bf16, pruned, onnx and int8)."""
     sparsity: float = 0.5
     """Pruned variant: fraction of conv/linear weights set to zero (smallest magnitude first)."""
     smoke_prompts: int = 32

@@ -94,13 +94,14 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, worklo
 
 
 def serves_on(variant: str, record: dict) -> str:
-    """Which kind of worker a variant's shards belong on: "cpu" for an ONNX variant that gate 3 timed on the CPU
-    (``variant.json``'s device: the GPU worker that built it had no onnxruntime CUDA provider, so it would hold a
-    GPU slot and leave the GPU idle), else "gpu" (torch variants take the worker's GPU when it has one)."""
-    from aigc.registry.variants import ONNX_KINDS
+    """Which kind of worker a variant's shards belong on: "cpu" for a variant that gate 3 timed on the CPU, an ONNX
+    one (``variant.json``'s device: the GPU worker that built it had no onnxruntime CUDA provider, so it would hold
+    a GPU slot and leave the GPU idle) or int8dyn (CPU kernels only), else "gpu" (torch variants take the worker's
+    GPU when it has one)."""
+    from aigc.registry.variants import CPU_KINDS, ONNX_KINDS
 
     device = str(((record.get("variants") or {}).get(variant) or {}).get("device", "cpu"))
-    return "cpu" if variant in ONNX_KINDS and not device.startswith("cuda") else "gpu"
+    return "cpu" if variant in ONNX_KINDS + CPU_KINDS and not device.startswith("cuda") else "gpu"
 
 
 def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig, workload: Workload) -> dict:

@@ -25,7 +25,10 @@ def variant_key(version_prefix: str, variant: str) -> str:
 def serving_device(variant: str, device: torch.device) -> torch.device:
     """Where ``variant`` runs when the worker's device is ``device``: torch variants there; ONNX ones (onnxruntime)
     on the GPU only with onnxruntime's CUDA provider (onnxruntime-gpu), else on the CPU, which is then what their
-    batch budget and their latency are measured on."""
+    batch budget and their latency are measured on; int8dyn (PyTorch's dynamically quantized linear layers, whose
+    kernels are the CPU's) on the CPU."""
+    if variant in variants.CPU_KINDS:
+        return torch.device("cpu")
     if variant in variants.ONNX_KINDS and device.type == "cuda":
         import onnxruntime as ort
 

@@ -1,8 +1,9 @@
 """Stage 3 for any workload whose model is a torch module: the torch variants of a version, measured.
 
-fp32, bf16 and pruned are encodings of a state dict (``variants.encode``), so they need nothing from the
+fp32, bf16, pruned and int8dyn are encodings of a state dict (``variants.encode``), so they need nothing from the
 workload but a way to load and run them (``Workload.serving``); each variant answers the workload's
-smoke prompts, is measured against fp32 by the workload (``measure_variant``), and is timed at batch 1
+smoke prompts, is measured against fp32 by the workload (``measure_variant``) and by its serving
+(``Serving.divergence``: a language model's next-token KL), and is timed at batch 1
 and at ``latency_batch``, every variant in turn in each round. Gate 3 (``quality/deploy.py``) judges.
 """
 
@@ -18,7 +19,7 @@ from aigc.devices import pick_device
 from aigc.lake import Lake
 from aigc.lake.keys import join
 from aigc.registry import variants
-from aigc.registry.loader import variant_key
+from aigc.registry.loader import serving_device, variant_key
 from aigc.registry.store import sha256
 
 log = logging.getLogger(__name__)
@@ -46,14 +47,17 @@ def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dic
         key = variant_key(prefix, kind)
         if kind != "fp32":
             lake.put_bytes(key, data)
-        serving = servings[kind] = workload.serving(card, kind, data, device, version)
+        where = serving_device(kind, device)
+        serving = servings[kind] = workload.serving(card, kind, data, where, version)
         outputs = serving.generate(prompts, seeds)
         baseline = outputs if baseline is None else baseline
         built[kind] = {"variant": kind, "weights": key, "weights_sha256": sha256(data), "size_bytes": len(data),
                        "size_vs_fp32": round(len(data) / len(fp32_bytes), 4), "compute": variants.COMPUTE[kind],
                        **workload.measure_variant(outputs, baseline), "smoke_prompts": len(prompts),
-                       "prompt_seed": d.seed, "threads": torch.get_num_threads(), "device": str(device)}
-    for kind, timing in latencies(servings, prompts, seeds, d, dict.fromkeys(servings, device)).items():
+                       **serving.divergence(servings["fp32"], prompts, seeds),
+                       "prompt_seed": d.seed, "threads": torch.get_num_threads(), "device": str(where)}
+    devices = {kind: serving_device(kind, device) for kind in servings}
+    for kind, timing in latencies(servings, prompts, seeds, d, devices).items():
         entry = built[kind]
         entry.update(timing)
         if kind != "fp32":
@@ -63,3 +67,4 @@ def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dic
                  entry["size_bytes"] / 1024, entry["size_vs_fp32"], entry["latency_ms_b1"])
     registry.update_record(version, variants={**record.get("variants", {}), **built})
     return {"stage": "variants", "model": model, "version": version, "variants": built}
+

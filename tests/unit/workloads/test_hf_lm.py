@@ -158,11 +158,19 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_the_base(tmp_path, a
     TRAIN.finish(lake, cfg, summary)
     registered = DEPLOY.register(lake, DATE, cfg)
     built = DEPLOY.build(lake, cfg, registered["version"])
-    assert set(built["variants"]) == {"fp32", "bf16"}
-    assert built["variants"]["fp32"]["agreement_vs_fp32"] == 1.0
-    assert built["variants"]["bf16"]["size_vs_fp32"] == pytest.approx(0.5, abs=0.05)
+    variants = built["variants"]
+    assert set(variants) == {"fp32", "bf16", "int8dyn"}
+    assert variants["fp32"]["agreement_vs_fp32"] == 1.0 and variants["fp32"]["logprob_kl_vs_fp32"] == 0.0
+    assert variants["bf16"]["size_vs_fp32"] == pytest.approx(0.5, abs=0.05)
+    assert variants["int8dyn"]["size_vs_fp32"] < variants["bf16"]["size_vs_fp32"]
+    assert 0 < variants["int8dyn"]["logprob_kl_vs_fp32"] <= variants["int8dyn"]["logprob_kl_max_vs_fp32"] < 0.05
     gate = DEPLOY.gate(lake, cfg, {**registered, "date": DATE})
     assert gate["success"] and "fp32" in gate["eligible_variants"]
+    # Gate 3 holds each variant's next-token distributions to fp32's: a bar below int8's KL leaves it out.
+    bar = variants["int8dyn"]["logprob_kl_vs_fp32"] / 2
+    strict = DEPLOY.gate(lake, cfg.override({"workload": {"settings": {"max_logprob_kl": bar}}}),
+                         {**registered, "date": DATE})
+    assert "int8dyn" not in strict["eligible_variants"] and "fp32" in strict["eligible_variants"]
 
     serving = load_serving(lake, "hf-causal-lm", "candidate", "fp32", "cpu", workload.serving)
     prompts = ["Log a.\nItem 1: a small red circle at the top.\nItem 2:", "Log b.\nItem 1:"]

@@ -7,7 +7,8 @@ small demo base built from a config, with random weights), loaded by ``AutoModel
 workload's drops and counts each document's tokens in the base's tokenizer (``records``); stage 2 fine-tunes every
 weight, or low-rank adapters (``peft``, merged before registering), under the DDP core, ranks balanced by those
 tokens (``training``); stage 3 registers the weights with the
-base pinned by hash and builds fp32 and bf16 variants, each checked against fp32 on the smoke prompts; stage 4
+base pinned by hash and builds fp32, bf16 and int8dyn (int8 linear layers, PyTorch's dynamic quantization)
+variants, each checked against fp32 on the smoke prompts (greedy agreement, next-token KL); stage 4
 generates greedy continuations with ``generate`` and its KV cache, batched by tokens under a memory model derived
 from the config (``serving``); stage 5 judges with no grammar: acceptable continuations, held-out perplexity against
 the base, paired (``evaluation``).
@@ -30,12 +31,13 @@ class HFCausalLMWorkload(DocumentWorkload):
                                 "min_clean_fraction", "shingle_words"),
                     "train": ("base_model_uri", "demo_architecture", "finetune", "lora_rank", "lora_alpha",
                               "lora_targets", "context", "new_tokens", "temperature", "top_p"),
-                    "deploy": ("min_text_agreement",), "evaluate": ("max_perplexity_ratio", "max_repetition")}
+                    "deploy": ("min_text_agreement", "max_logprob_kl"),
+                    "evaluate": ("max_perplexity_ratio", "max_repetition")}
     index_columns = ("tokens",)
     loss_title = "fine-tuning: next-token cross-entropy (nats per token)"
     preload_modules = tuple(f"aigc.workloads.hf_lm.{m}" for m in ("records", "training", "serving", "evaluation"))
     stages = frozenset({"prepare", "train", "deploy", "generate", "evaluate"})
-    variant_kinds = ("fp32", "bf16")
+    variant_kinds = ("fp32", "bf16", "int8dyn")
     quality = "Acceptable share"
 
     def config_overrides(self, preset):
@@ -43,7 +45,8 @@ class HFCausalLMWorkload(DocumentWorkload):
                    # nats per token: ln 512 ≈ 6.2 for the demo base's random weights
                    "train_gate": {"max_final_val_loss": 4.0},
                    "train": {"batch_size": 8, "lr": 1e-3, "warmup_steps": 10},
-                   "deploy": {"variants": "fp32,bf16", "smoke_prompts": 8, "latency_batch": 8, "latency_repeats": 2},
+                   "deploy": {"variants": "fp32,bf16,int8dyn", "smoke_prompts": 8, "latency_batch": 8,
+                              "latency_repeats": 2},
                    "deploy_gate": {"max_latency_ms": 5000.0},
                    "generate": {"variant": "fp32", "prompts": 32, "shards": 2},
                    "evaluate": {"eval_prompts": 64, "latency_prompts": 8, "latency_rounds": 3, "review_items": 8},
@@ -101,6 +104,10 @@ class HFCausalLMWorkload(DocumentWorkload):
         from aigc.workloads.text.serving import measure
 
         return measure([o["text"] for o in outputs], [b["text"] for b in baseline])
+
+    def variant_checks(self, entry, cfg):
+        kl = entry["logprob_kl_vs_fp32"]
+        return {**super().variant_checks(entry, cfg), "logprob_kl_vs_fp32": kl <= cfg.workload.settings.max_logprob_kl}
 
     def prompt_options(self, cfg):
         from aigc.generate.pinned import PromptOption

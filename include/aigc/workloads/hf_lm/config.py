@@ -19,7 +19,8 @@ class HFLMSettings:
 
     workload: ClassVar[str] = "hf-causal-lm"
     """Whose settings these are: error messages name the flags and the form field that set them."""
-    gate_bounds: ClassVar[tuple[str, ...]] = ("min_text_agreement", "max_perplexity_ratio", "max_repetition")
+    gate_bounds: ClassVar[tuple[str, ...]] = ("min_text_agreement", "max_logprob_kl", "max_perplexity_ratio",
+                                              "max_repetition")
     """Settings that only judge a run (``Workload.settings``: a resumed run does not compare them)."""
 
     base_model_uri: str = ""
@@ -51,6 +52,9 @@ class HFLMSettings:
     min_text_agreement: float = 0.5
     """Gate 3: the mean fraction of fp32's continuation (in characters) a variant reproduces before its first
     difference, on the smoke prompts."""
+    max_logprob_kl: float = 0.05
+    """Gate 3: a variant's mean KL divergence from fp32's next-token distributions, in nats per token, on fp32's
+    greedy continuations of the smoke prompts (``HFServing.divergence``): at most this to serve."""
     max_perplexity_ratio: float = 1.0
     """Gate 5: the fine-tuned model's held-out perplexity over its base's, paired on the same documents, must be
     significantly below this (the interval's upper end): 1 means better than where it started, on evidence."""
@@ -82,6 +86,7 @@ class HFLMSettings:
         check_range(self, "temperature", 0.0, 10.0)
         check_range(self, "top_p", 1e-6, 1.0)
         check_range(self, "min_text_agreement", 0.0, 1.0)
+        check_range(self, "max_logprob_kl", 0.0, 1e6)
         check_range(self, "max_perplexity_ratio", 1e-6, 1e12)
         check_range(self, "max_repetition", 0.0, 1.0)
         check_range(self, "min_chars", 1, 10_000_000)

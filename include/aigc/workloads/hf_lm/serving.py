@@ -61,13 +61,17 @@ class HFServing(Serving):
         self.tokenizer = load_tokenizer(self.base_folder)
         self.context, self.new_tokens = hf["context"], hf["new_tokens"]
         self.temperature, self.top_p = hf.get("temperature", 0.0), hf.get("top_p", 1.0)
-        state, dtype = variants.decode(variant, load_safetensors(data))
+        tensors = load_safetensors(data)
+        state, dtype = variants.decode(variant, tensors)
         self.model = model_from_config(hf["config"])
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         tied = set(getattr(self.model, "_tied_weights_keys", None) or ())
         if unexpected or set(missing) - tied:
             raise BaseModelError(f"version {version} {variant}: weights do not fit its config (missing "
                                  f"{sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]})")
+        if variant in variants.CPU_KINDS:
+            device = torch.device("cpu")  # what the core's serving_device says: fbgemm's kernels are the CPU's
+            variants.swap_dynamic_int8(self.model, tensors)
         self.model.to(device=device, dtype=dtype).eval()
         self.version, self.variant, self.device = version, variant, device
 
@@ -163,6 +167,26 @@ class HFServing(Serving):
         and 5 sample, through ``items`` and ``continue_items``)."""
         items = self.items([{"prompt": p, "seed": s} for p, s in zip(prompts, seeds, strict=True)])
         return [self.output(it, new) for it, new in zip(items, self.continue_items(items, greedy=True), strict=True)]
+
+    @torch.no_grad()
+    def divergence(self, reference: HFServing, prompts: list[str], seeds: list[int]) -> dict:
+        """Gate 3's look past the argmax: on fp32's greedy continuation of each smoke prompt (teacher-forced, so
+        every variant is read at the same positions), KL(fp32 ‖ this variant) of the next-token distributions, in
+        nats per token: the mean over a prompt's positions, then the mean and the largest over prompts. Greedy
+        agreement alone passes a variant whose top token survives while the probabilities that sampling draws
+        from have moved."""
+        items = self.items([{"prompt": p, "seed": s} for p, s in zip(prompts, seeds, strict=True)])
+        per_prompt = []
+        for item, continuation in zip(items, reference.continue_items(items, greedy=True), strict=True):
+            start = len(item.ids) - 1  # the last prompt position predicts the first new token
+            stop = start + max(1, len(continuation))
+            ids = torch.tensor([item.ids + continuation])
+            fp32 = reference.model(input_ids=ids.to(reference.device)).logits[0, start:stop].float().cpu()
+            own = self.model(input_ids=ids.to(self.device)).logits[0, start:stop].float().cpu()
+            fp32, own = fp32.log_softmax(-1), own.log_softmax(-1)
+            per_prompt.append(float((fp32.exp() * (fp32 - own)).sum(-1).mean()))
+        return {"logprob_kl_vs_fp32": float(f"{sum(per_prompt) / len(per_prompt):.4g}"),
+                "logprob_kl_max_vs_fp32": float(f"{max(per_prompt):.4g}")}
 
     def memory(self):
         """The batcher's memory model of a batch of this model's prompts, from its config: the KV cache (layers ×
