@@ -72,6 +72,13 @@ class TrainingTask(ABC):
         """Entries of the model card (``model.json``) beside the core's: what loading the weights needs."""
         return {}
 
+    def files(self) -> dict[str, bytes]:
+        """Files (plain names) that the training run keeps beside its weights, and the registry beside a version's:
+        what another tool needs to load them (the hf-causal-lm workload's ``config.json`` and tokenizer files make
+        both a ``save_pretrained`` folder). Their sha256 are the model card's ``loader_files``, checked when
+        registered."""
+        return {}
+
     def adopt(self, card: dict[str, Any]) -> str | None:
         """Before a warm start from a registry version (``aigc.train.warm_start``): take over what its model card
         (``card``, as ``card()`` wrote it) says the data defined, so its weights' token ids mean what they meant, and

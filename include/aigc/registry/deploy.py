@@ -47,8 +47,13 @@ def register_trained(lake: Lake, model: str, date: str | dt.date) -> dict:
     else:
         version, prefix = registry.claim_next()
         files = {}
-        for name in COPIED:
+        loader_files = card.get("loader_files") or {}  # the workload's (a save_pretrained folder's config, tokenizer)
+        for name in (*COPIED, *sorted(loader_files)):
             data = weights if name == "model.safetensors" else lake.get_bytes(join(run, name))
+            if name in loader_files and sha256(data) != loader_files[name]:
+                raise ValueError(f"{lake.url(join(run, name))} is not the file its training run wrote (sha256 "
+                                 f"{sha256(data)}, the model card says {loader_files[name]}): not registered; "
+                                 "train again")
             lake.put_bytes(join(prefix, name), data)
             files[name] = sha256(data)
         record = registry.complete(version, {

@@ -15,6 +15,8 @@ The torch encodings are pure functions of tensors; the ONNX ones live in onnx_ex
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -121,8 +123,10 @@ def swap_dynamic_int8(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) 
         if type(module) is not torch.nn.Linear or key + _SCALE not in tensors:
             continue
         scale = tensors[key + _SCALE].double()
-        weight = torch._make_per_channel_quantized_tensor(tensors[key].reshape(module.weight.shape), scale,
-                                                          torch.zeros(len(scale), dtype=torch.long), 0)
+        with warnings.catch_warnings():  # deprecated in 2.13 (pytorch#184982), said once in docs/stages/deploy.md
+            warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated")
+            weight = torch._make_per_channel_quantized_tensor(tensors[key].reshape(module.weight.shape), scale,
+                                                              torch.zeros(len(scale), dtype=torch.long), 0)
         quantized = DynamicLinear(module.in_features, module.out_features, bias_=module.bias is not None,
                                   dtype=torch.qint8)
         quantized.set_weight_bias(weight, None if module.bias is None else module.bias.detach().float())

@@ -114,7 +114,13 @@ def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, worklo
     start = start or {"version": None, "weights_sha256": None, "reason": "", "val_loss": None}
     lineage = {"dataset": cfg.prepare.dataset, "curated": index.partitions, "training_run": run_id,
                "start": start, "code_version": code_version(), "host": os.uname().nodename}
+    extra = task.files()
+    for name, data in sorted(extra.items()):
+        if "/" in name or name.startswith(".") or name in (WEIGHTS, MODEL_CARD, SUMMARY):
+            raise ValueError(f"{type(task).__name__}.files(): {name!r} is not a plain file name of its own")
+        lake.put_bytes(join(prefix, name), data)
     card = {"workload": workload.name, **task.card(),
+            "loader_files": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(extra.items())},
             "train": dataclasses.asdict(cfg.train), "weights": WEIGHTS,
             "weights_sha256": hashlib.sha256(weights).hexdigest(), "lineage": lineage,
             "parameters": sum(p.numel() for p in model.parameters())}

@@ -180,6 +180,21 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_the_base(tmp_path, a
     assert all(o["new_tokens"] <= 6 for o in outputs) and any(o["text"] for o in outputs)
     assert serving.generate(prompts[::-1], [1, 0]) == outputs[::-1]  # whatever the batch order
 
+    # The version's folder is a save_pretrained layout: transformers loads it as it is, the weights fp32 serves.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    version_prefix = f"models/hf-causal-lm/{registered['version']}/"
+    exported = tmp_path / "exported"
+    exported.mkdir()
+    for key in lake.list(version_prefix):
+        if "/" not in key[len(version_prefix):]:
+            (exported / key[len(version_prefix):]).write_bytes(lake.get_bytes(key))
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in exported.iterdir()}
+    theirs = AutoModelForCausalLM.from_pretrained(exported, local_files_only=True, use_safetensors=True).eval()
+    ids = AutoTokenizer.from_pretrained(exported, local_files_only=True)(prompts[0], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(theirs(input_ids=ids).logits, serving.model(input_ids=ids).logits, atol=1e-5)
+
     # Stage 4 on the demo prompts (long-tailed up to ~4,500 tokens, past the 64-token context: cut to their last
     # tokens, not refused; only the blocked ones are), batched by tokens under the config's memory model.
     from aigc.cli import main

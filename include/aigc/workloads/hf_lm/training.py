@@ -18,7 +18,14 @@ import torch
 import torch.nn.functional as F
 
 from aigc.workload import Loss, TrainingTask
-from aigc.workloads.hf_lm.base import DEMO_PREFIX, fingerprint, load_model, load_tokenizer, local_folder
+from aigc.workloads.hf_lm.base import (
+    DEMO_PREFIX,
+    TOKENIZER_PREFIXES,
+    fingerprint,
+    load_model,
+    load_tokenizer,
+    local_folder,
+)
 from aigc.workloads.text.training import WindowTexts
 
 CHARS_PER_TOKEN_BOUND = 16
@@ -99,6 +106,15 @@ class HFTrainingTask(TrainingTask):
                        f"{DEMO_PREFIX}{self.settings.demo_architecture}", "base": self.base, "context": self.context,
                        "new_tokens": self.settings.new_tokens, "temperature": self.settings.temperature,
                        "top_p": self.settings.top_p}}
+
+    def files(self):
+        # With these beside model.safetensors (the base's names, adapters merged), the run's folder and the
+        # registry's version are save_pretrained folders: AutoModelForCausalLM and AutoTokenizer load them as they are.
+        out = {"config.json": self.folder.joinpath("config.json").read_bytes()}
+        for path in sorted(self.folder.iterdir()):
+            if path.is_file() and (path.name.startswith(TOKENIZER_PREFIXES) or path.name == "generation_config.json"):
+                out[path.name] = path.read_bytes()
+        return out
 
     def adopt(self, card):
         # A version of the same base (by its files' hashes) continues; another base's weights mean other tokens.
