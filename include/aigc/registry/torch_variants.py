@@ -67,4 +67,3 @@ def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dic
                  entry["size_bytes"] / 1024, entry["size_vs_fp32"], entry["latency_ms_b1"])
     registry.update_record(version, variants={**record.get("variants", {}), **built})
     return {"stage": "variants", "model": model, "version": version, "variants": built}
-
