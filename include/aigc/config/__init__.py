@@ -120,9 +120,11 @@ def _smoke() -> PipelineConfig:
         {"raw": {"n": 300}, "curated_gate": {"min_rows": 200},
          "train": {"steps": 40, "eval_every": 20, "checkpoint_every": 20},
          # 40 steps are ~10 s of work: a neighbour on a shared host (CI runs two tests at once on 2 cores) slows
-         # one rank's CPU time by a few % for that long, systematically, so the run is too short to tell a 5%
-         # straggler apart from its host; a split that is wrong by 25% still fails.
-         "train_gate": {"max_final_val_loss": 0.1, "max_imbalance": 0.25},
+         # one rank's CPU time for that long, systematically, so the run is too short to tell a 5% straggler apart
+         # from its host. Seen in make test on a 2-core host: rank 0 13% over the mean, 95% bounds -1% to 27%, not
+         # enough evidence against a 25% bar (its six batches of steps are as wide as that). A split that is wrong
+         # by half still fails; the torchrun tests hold a deliberately slowed rank to 25% over 60 steps.
+         "train_gate": {"max_final_val_loss": 0.1, "max_imbalance": 0.5},
          # Few smoke prompts and timed repeats (a workload picks its variants: the default two, fp32 and bf16).
          "deploy": {"smoke_prompts": 8, "latency_batch": 16, "latency_repeats": 2},
          "generate": {"prompts": 24},
