@@ -175,15 +175,20 @@ def long_prompt_rows(d) -> list[list]:
 
 def hf_generate_rows(d) -> list[list]:
     rows = []
+    judged = {"ours": "our batcher (the workload's settings: a size judged on one batch)",
+              "ours_judge2": "our batcher with the core's default (two batches a judgement)"}
     for r in d["summary"]:
-        ours = next(x for x in d["rows"] if x["prompts"] == r["prompts"] and x["policy"] == "ours")
-        lo, hi = r["ours_vs_best_fixed_range"]
-        rows.append(["41 hf-causal-lm generation", "our batcher vs transformers' best fixed batch in hindsight: "
-                     "generate on prompts in file order or sorted by length, or pipeline('text-generation') "
-                     f"({r['best_fixed']}), greedy, new tokens/s", f"{r['prompts']} prompts of 8-990 "
-                     f"tokens, {d['new_tokens']} new", ours["repeats"], f"{r['ours_vs_best_fixed']:.2f}x ({lo:.2f}-"
-                     f"{hi:.2f}); outputs equal to batch 1's: {ours['agreement_with_b1']:.0%}", ">= 1.0x",
-                     _verdict(r["ours_vs_best_fixed"] >= 1.0)])
+        for policy, what in judged.items():
+            if f"{policy}_vs_best_fixed" not in r:
+                continue  # a results file from before the policy was measured
+            ours = next(x for x in d["rows"] if x["prompts"] == r["prompts"] and x["policy"] == policy)
+            ratio, (lo, hi) = r[f"{policy}_vs_best_fixed"], r[f"{policy}_vs_best_fixed_range"]
+            rows.append(["41 hf-causal-lm generation", f"{what} vs transformers' best fixed batch in hindsight: "
+                         "generate on prompts in file order or sorted by length, or pipeline('text-generation') "
+                         f"({r['best_fixed']}), greedy, new tokens/s", f"{r['prompts']} prompts of 8-990 tokens, "
+                         f"{d['new_tokens']} new", ours["repeats"], f"{ratio:.2f}x ({lo:.2f}-{hi:.2f}); outputs "
+                         f"equal to batch 1's: {ours['agreement_with_b1']:.0%}", ">= 1.0x" if policy == "ours" else "-",
+                         _verdict(ratio >= 1.0 if policy == "ours" else None)])
     return rows
 
 

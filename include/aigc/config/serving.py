@@ -87,6 +87,10 @@ class BatchingConfig:
     jitter: float = 0.5
     tolerance: float = 0.03
     """Relative items/s gain a size must show over the best so far to replace it."""
+    judge_batches: int = 2
+    """Batches a size is judged on once they last a fifth of the batcher's judging time (``AdaptiveBatcher``): two
+    hold a millisecond batch's timer noise down; a workload whose batches last tens of milliseconds and whose buckets
+    hold few items may judge on one (the hf-causal-lm workload)."""
     oom_rate: float = 0.0
     """Fault injection (tests, benchmarks): raise out-of-memory at this rate."""
 
@@ -102,6 +106,7 @@ class BatchingConfig:
         _check_range(self, "backoff_max_s", 0.0, 3600.0)
         _check_range(self, "jitter", 0.0, 1.0)
         _check_range(self, "tolerance", 0.0, 1.0)
+        _check_range(self, "judge_batches", 1, 64)
         _check_range(self, "oom_rate", 0.0, 0.9)
 
 

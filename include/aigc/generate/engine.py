@@ -150,7 +150,7 @@ def answer_shard(lake, plan: dict, prompts: list[dict], cfg, model: ShardModel, 
     batcher = AdaptiveBatcher(run_batch, lengths, model.memory, probe.budget_bytes, grow=b.grow, shrink=b.shrink,
                               max_batch=b.max_batch, max_retries=b.max_retries, backoff_s=b.backoff_s,
                               backoff_max_s=b.backoff_max_s, jitter=b.jitter, tolerance=b.tolerance,
-                              learned=learned, peaks=meter_for(model.device))
+                              judge_batches=b.judge_batches, learned=learned, peaks=meter_for(model.device))
     try:
         pending, report = batcher() if todo else ([], BatchReport(learned=learned))
         generated = [f.result() for f in pending]

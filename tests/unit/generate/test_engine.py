@@ -50,3 +50,28 @@ def test_every_prompt_is_answered_once_in_order_refused_by_the_workloads_own_lim
     assert all(r["cached"] for r in rows2 if r["status"] == "generated")
     other = answer_shard(lake, {**PLAN, "version": "v0002"}, prompts[:3], cfg, words_model(again), ["count"], "x")
     assert len(again) >= 1 and not any(r["cached"] for r in other[0])  # the version is part of the key
+
+
+def test_the_batchers_settings_reach_stage_4s_batcher_and_hf_causal_lm_judges_a_size_on_one_batch(tmp_path,
+                                                                                                   monkeypatch):
+    import pytest
+
+    from aigc.generate import engine
+    from aigc.stages import configure
+
+    assert configure("default", "hf-causal-lm").batching.judge_batches == 1
+    assert configure("default").batching.judge_batches == 2
+    with pytest.raises(ValueError, match="judge_batches"):
+        PipelineConfig().override({"batching": {"judge_batches": 0}})
+    seen: dict = {}
+    real = engine.AdaptiveBatcher
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "AdaptiveBatcher", spy)
+    cfg = PipelineConfig().override({"batching": {"judge_batches": 3, "tolerance": 0.07}})
+    prompts = [{"prompt_id": f"p{i}", "prompt": f"w{i} x", "seed": i} for i in range(5)]
+    answer_shard(LocalLake(tmp_path), PLAN, prompts, cfg, words_model([]), ["count"], "generations/m/r1")
+    assert (seen["judge_batches"], seen["tolerance"]) == (3, 0.07)
