@@ -124,8 +124,8 @@ def ours(s, items: list[list[int]], b) -> list[list[int]]:
 
     seeded = [Item(x, 0, s.new_tokens, 0.0, 1.0, ()) for x in items]
     batcher = AdaptiveBatcher(lambda batch: s.continue_items([seeded[i] for i in batch], greedy=True),
-                              [len(x) for x in items], s.memory(), DeviceProbe("cpu").budget_bytes, grow=b.grow,
-                              tolerance=b.tolerance, judge_batches=b.judge_batches)
+                              [len(x) for x in items], s.memory(), DeviceProbe("cpu").budget_bytes,
+                              **b.batcher_options())
     return batcher()[0]
 
 

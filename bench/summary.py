@@ -179,8 +179,6 @@ def hf_generate_rows(d) -> list[list]:
               "ours_judge2": "our batcher with the core's default (two batches a judgement)"}
     for r in d["summary"]:
         for policy, what in judged.items():
-            if f"{policy}_vs_best_fixed" not in r:
-                continue  # a results file from before the policy was measured
             ours = next(x for x in d["rows"] if x["prompts"] == r["prompts"] and x["policy"] == policy)
             ratio, (lo, hi) = r[f"{policy}_vs_best_fixed"], r[f"{policy}_vs_best_fixed_range"]
             rows.append(["41 hf-causal-lm generation", f"{what} vs transformers' best fixed batch in hindsight: "

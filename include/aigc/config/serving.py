@@ -109,6 +109,13 @@ class BatchingConfig:
         _check_range(self, "judge_batches", 1, 64)
         _check_range(self, "oom_rate", 0.0, 0.9)
 
+    def batcher_options(self) -> dict:
+        """These settings as ``AdaptiveBatcher``'s keyword arguments: stage 4's batcher and the grid's that times it
+        are built from one place."""
+        return {"grow": self.grow, "shrink": self.shrink, "max_batch": self.max_batch, "max_retries": self.max_retries,
+                "backoff_s": self.backoff_s, "backoff_max_s": self.backoff_max_s, "jitter": self.jitter,
+                "tolerance": self.tolerance, "judge_batches": self.judge_batches}
+
 
 @dataclass(frozen=True)
 class GenerateConfig:

@@ -147,10 +147,8 @@ def answer_shard(lake, plan: dict, prompts: list[dict], cfg, model: ShardModel, 
 
     learned_key = join(run_prefix, LEARNED)
     learned = _learned(lake, learned_key) if model.remember_sizes else {}
-    batcher = AdaptiveBatcher(run_batch, lengths, model.memory, probe.budget_bytes, grow=b.grow, shrink=b.shrink,
-                              max_batch=b.max_batch, max_retries=b.max_retries, backoff_s=b.backoff_s,
-                              backoff_max_s=b.backoff_max_s, jitter=b.jitter, tolerance=b.tolerance,
-                              judge_batches=b.judge_batches, learned=learned, peaks=meter_for(model.device))
+    batcher = AdaptiveBatcher(run_batch, lengths, model.memory, probe.budget_bytes, **b.batcher_options(),
+                              learned=learned, peaks=meter_for(model.device))
     try:
         pending, report = batcher() if todo else ([], BatchReport(learned=learned))
         generated = [f.result() for f in pending]

@@ -41,13 +41,13 @@ def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dic
     seeds = [d.seed + i for i in range(len(prompts))]
     state = load_safetensors(fp32_bytes)
     device = pick_device()  # timed where they will serve: this worker's GPU on the gpu queue
-    servings, built, baseline = {}, {}, None
+    servings, built, devices, baseline = {}, {}, {}, None
     for kind in ["fp32", *[k for k in kinds if k != "fp32"]]:
         data = fp32_bytes if kind == "fp32" else save_safetensors(variants.encode(kind, state, sparsity=d.sparsity))
         key = variant_key(prefix, kind)
         if kind != "fp32":
             lake.put_bytes(key, data)
-        where = serving_device(kind, device)
+        where = devices[kind] = serving_device(kind, device)
         serving = servings[kind] = workload.serving(card, kind, data, where, version)
         outputs = serving.generate(prompts, seeds)
         baseline = outputs if baseline is None else baseline
@@ -56,7 +56,6 @@ def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dic
                        **workload.measure_variant(outputs, baseline), "smoke_prompts": len(prompts),
                        **serving.divergence(servings["fp32"], prompts, seeds),
                        "prompt_seed": d.seed, "threads": torch.get_num_threads(), "device": str(where)}
-    devices = {kind: serving_device(kind, device) for kind in servings}
     for kind, timing in latencies(servings, prompts, seeds, d, devices).items():
         entry = built[kind]
         entry.update(timing)

@@ -131,10 +131,9 @@ def decoder_answers(serving, policy: str, prompts: list[dict], cfg) -> list[str]
         chosen = [items[i] for i in batch]
         return [serving.output(x, t)["text"] for x, t in zip(chosen, serving.continue_items(chosen), strict=True)]
 
-    b = cfg.batching
-    probe = DeviceProbe("cpu", budget_fraction=b.budget_fraction)
+    probe = DeviceProbe("cpu", budget_fraction=cfg.batching.budget_fraction)
     batcher = AdaptiveBatcher(run, [serving.tokens_of(x) for x in items], serving.memory(), probe.budget_bytes,
-                              grow=b.grow, tolerance=b.tolerance, judge_batches=b.judge_batches)
+                              **cfg.batching.batcher_options())
     return batcher()[0]
 
 
