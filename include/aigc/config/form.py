@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aigc.config.variant_names import AUTO, VARIANTS
+
 STAGES = ("prepare", "train", "deploy", "generate", "evaluate")
 DATA, TRAINING, SERVING, GATES = "Data", "Training", "Deployment and generation", "Quality gates"
 
@@ -96,8 +98,9 @@ FORM: tuple[FormField, ...] = (
               description="A JSONL prompt file in the lake (prompts/<dataset>/dt=<date>/prompts.jsonl or any "
                           "key or URI under the lake). Empty: the date's dropped file, else a demo set."),
     FormField("variant", "Generation variant", "generate", "string", ("generate", "variant"), SERVING,
-              enum=("fp32", "bf16", "pruned", "onnx", "int8"),
-              description="A variant that passed gate 3 (empty: the preset's)."),
+              enum=(AUTO, *VARIANTS),
+              description="A variant that passed gate 3 (empty: the preset's); auto: bf16 on a CUDA worker where "
+                          "gate 3 passed it, else fp32."),
     FormField("prompts", "Demo prompts", "generate", "integer", ("generate", "prompts"), SERVING, minimum=1,
               maximum=1_000_000, description="Held-out captions to generate for when no prompt file was dropped."),
     FormField("generate_shards", "Generation shards", "generate", "integer", ("generate", "shards"), SERVING,

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aigc.config._checks import _check_range
+from aigc.config.variant_names import AUTO, VARIANTS
 from aigc.jsonlines import check_limits
-
-VARIANTS = ("fp32", "bf16", "pruned", "int8dyn", "onnx", "int8")
 
 
 @dataclass(frozen=True)
@@ -122,7 +121,9 @@ class GenerateConfig:
     """Stage 4: which prompts, which model variant, how many mapped shards."""
 
     variant: str = "fp32"
-    """The candidate's variant to generate with; it must have passed gate 3 (the image workload's default: int8)."""
+    """The candidate's variant to generate with; it must have passed gate 3 (the image workload's default: int8).
+    ``auto``: each shard's worker chooses, bf16 on a CUDA worker where gate 3 passed it, else fp32 (the
+    hf-causal-lm workload's default)."""
     model_ref: str = "candidate"
     """Registry alias or version to generate with."""
     prompts: int = 512
@@ -148,8 +149,8 @@ class GenerateConfig:
     max_json_values: int = 1000
 
     def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ValueError(f"GenerateConfig.variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.variant not in (AUTO, *VARIANTS):
+            raise ValueError(f"GenerateConfig.variant must be one of {(AUTO, *VARIANTS)}, got {self.variant!r}")
         _check_range(self, "prompts", 1, 10_000_000)
         _check_range(self, "blocked_prompts", 0, 1_000_000)
         _check_range(self, "shards", 1, 4096)

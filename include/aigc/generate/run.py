@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aigc.config import PipelineConfig
+from aigc.config.variant_names import AUTO
+from aigc.devices import pick_device
 from aigc.generate import pinned
 from aigc.generate.engine import answer_shard, output_row
 from aigc.generate.prompts import prompts_key as dated_prompts_key
@@ -32,6 +34,7 @@ from aigc.lake import Lake
 from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
+from aigc.registry.loader import served_variant
 
 if TYPE_CHECKING:  # annotations only: the workload interface imports the stages' modules
     from aigc.workload import Workload
@@ -75,7 +78,7 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, worklo
     ref = model_ref or g.model_ref
     record = Registry(lake, cfg.model.name).get(ref)
     eligible = (record.get("smoke_test") or {}).get("eligible_variants") or []
-    if g.variant not in eligible:
+    if (g.variant if g.variant != AUTO else "fp32") not in eligible:
         raise VariantNotEligible(f"{cfg.model.name} {record['version']} ({ref}): variant {g.variant!r} has "
                                  f"not passed gate 3; eligible variants: {eligible or 'none (run aigc deploy)'}")
     run_id = run_id or new_run_id()
@@ -90,14 +93,15 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, worklo
     return {"stage": "plan-generation", "date": date.isoformat(), "run_id": run_id, "model": cfg.model.name,
             "model_ref": ref, "version": record["version"], "variant": g.variant, "prompts": pin["prompts"],
             "prompts_key": key, "prompts_sha256": pin["source"]["sha256"], "prompts_pinned": pin["pinned"],
-            "refused_lines": pin["refused_lines"], "serves_on": serves_on(g.variant, record), "shards": pin["slices"]}
+            "refused_lines": pin["refused_lines"], "serves_on": serves_on(g.variant, record), "shards": pin["slices"],
+            "eligible_variants": eligible}
 
 
 def serves_on(variant: str, record: dict) -> str:
     """Which kind of worker a variant's shards belong on: "cpu" for a variant that gate 3 timed on the CPU, an ONNX
     one (``variant.json``'s device: the GPU worker that built it had no onnxruntime CUDA provider, so it would hold
-    a GPU slot and leave the GPU idle) or int8dyn (CPU kernels only), else "gpu" (torch variants take the worker's
-    GPU when it has one)."""
+    a GPU slot and leave the GPU idle) or int8dyn (CPU kernels only), else "gpu" (torch variants, and ``auto``'s
+    choice among them, take the worker's GPU when it has one)."""
     from aigc.registry.variants import CPU_KINDS, ONNX_KINDS
 
     device = str(((record.get("variants") or {}).get(variant) or {}).get("device", "cpu"))
@@ -114,6 +118,8 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig, wor
         log.info("shard %d of run %s is already done (%d rows): nothing to do", k, plan["run_id"], entry["rows"])
         return {**entry, "already_done": True}
     started = time.perf_counter()
+    # The variant this worker serves (``auto``: its device decides): what its rows, its cache keys and its entry name.
+    plan = {**plan, "variant": served_variant(plan["variant"], plan.get("eligible_variants") or [], pick_device())}
     entries = pinned.read_slice(lake, plan["prompts_pinned"], shard)
     prompts = [e for e in entries if "refused" not in e]
     model = workload.shard_model(lake, plan, cfg)
@@ -133,7 +139,7 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig, wor
     entry = {"shard": k, "rows": len(rows), "prompt_ids_sha256": hashlib.sha256(
                  "\n".join(sorted(r["prompt_id"] for r in rows)).encode()).hexdigest(),
              "key": shard_key, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), **counts,
-             "cached": sum(r["cached"] for r in rows), "batching": report,
+             "cached": sum(r["cached"] for r in rows), "variant": plan["variant"], "batching": report,
              "seconds": round(time.perf_counter() - started, 3)}
     try:
         lake.put_if_absent(ledger_key, json.dumps(entry, indent=2).encode())
@@ -180,8 +186,10 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig, workload: Wor
                   if r["status"] == "generated"][:per_shard]
     gallery_name, preview = workload.gallery(shown)
     lake.put_bytes(join(prefix, gallery_name), preview)
-    manifest = {**{k: plan[k] for k in ("date", "run_id", "model", "version", "variant", "prompts")},
-                "model_ref": plan.get("model_ref"),
+    # What the shards served: the variant asked for, or where it was ``auto``, what the workers chose.
+    served = "+".join(sorted({e.get("variant", plan["variant"]) for e in entries}))
+    manifest = {**{k: plan[k] for k in ("date", "run_id", "model", "version", "prompts")}, "variant": served,
+                "variant_asked": plan["variant"], "model_ref": plan.get("model_ref"),
                 "prompts_key": plan["prompts_key"], "prompts_uri": lake.url(plan["prompts_key"]),
                 "prompts_sha256": plan["prompts_sha256"], "prompts_pinned": plan["prompts_pinned"],
                 "plan_shards": plan["shards"],

@@ -37,6 +37,15 @@ def serving_device(variant: str, device: torch.device) -> torch.device:
     return device
 
 
+def served_variant(asked: str, eligible: list[str], device: torch.device) -> str:
+    """The variant a shard serves when ``generate.variant`` is ``asked`` and gate 3 passed ``eligible``: ``asked``
+    itself, or for ``auto``, bf16 on a CUDA device (native there: half fp32's memory, so twice the batch, on the
+    tensor cores) where gate 3 passed it, else fp32 (bf16 on a CPU is emulated by most, and slower than fp32)."""
+    if asked != "auto":
+        return asked
+    return "bf16" if device.type == "cuda" and "bf16" in eligible else "fp32"
+
+
 def load_serving(lake: Lake, name: str, ref: str, variant: str, device: str | torch.device, serve: Callable):
     """A version's variant (``ref``: a version or an alias) loaded to generate by ``serve`` (a workload's
     ``serving``: card, variant, bytes, device, version → a ``Serving``), its bytes' hash and format checked against

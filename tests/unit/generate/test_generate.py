@@ -165,3 +165,34 @@ def test_the_plan_sends_a_variant_that_serves_on_the_cpu_to_the_cpu_queue(deploy
     # Built on a GPU worker with onnxruntime's CUDA provider, int8 would serve there.
     on_gpu = {**record, "variants": {**record["variants"], "int8": {**record["variants"]["int8"], "device": "cuda:0"}}}
     assert gen_run.serves_on("int8", on_gpu) == "gpu"
+
+
+def test_auto_serves_what_the_shards_worker_runs_best_bf16_on_cuda_fp32_on_a_cpu(deployed_lake, monkeypatch):
+    """generate.variant=auto (the hf-causal-lm workload's default): each shard's worker chooses, and its rows, its
+    cache and its ledger entry name what it served. The CUDA worker is faked here (its device as pick_device says it);
+    the model itself runs on this machine's CPU."""
+    import torch
+
+    from aigc.config import DeployGateThresholds
+    from aigc.quality.deploy import smoke_test
+    from tests.training_fixtures import image_workload
+
+    cfg = config(variant="auto", prompts=8, blocked_prompts=0, shards=2)
+    plan, entries, summary = run_all(deployed_lake, cfg)
+    assert plan["serves_on"] == "gpu" and plan["eligible_variants"] == ["fp32"]
+    assert [e["variant"] for e in entries] == ["fp32", "fp32"] and summary["variant"] == "fp32"
+    assert {r["variant"] for r in rows_of(deployed_lake, plan)} == {"fp32"}  # this machine has no CUDA
+
+    monkeypatch.setattr(gen_run, "pick_device", lambda: torch.device("cuda", 0))
+    _, entries, summary = run_all(deployed_lake, cfg)
+    assert summary["variant"] == "fp32" and summary["cached"] == 8  # bf16 did not pass gate 3: fp32, from cache
+
+    loose = PipelineConfig(workload=image_workload(max_pixel_mae=1.0),
+                           deploy_gate=DeployGateThresholds(max_latency_ms=1e6, max_slowdown_vs_fp32=1e6))
+    assert "bf16" in smoke_test(deployed_lake, "shapes-cvae", "v0001", loose, DATE, IMAGE)["eligible_variants"]
+    plan, entries, summary = run_all(deployed_lake, cfg)
+    assert [e["variant"] for e in entries] == ["bf16", "bf16"] and summary["cached"] == 0  # its own cache entries
+    manifest = deployed_lake.get_json(f"{gen_run.generation_prefix(plan['model'], plan['date'], plan['run_id'])}"
+                                      "/_MANIFEST.json")
+    assert (manifest["variant"], manifest["variant_asked"]) == ("bf16", "auto")
+    assert {r["variant"] for r in rows_of(deployed_lake, plan)} == {"bf16"}

@@ -205,6 +205,7 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_the_base(tmp_path, a
     manifest = lake.get_json(manifest_key)
     g = cfg.generate
     assert (manifest["generated"], manifest["refused"]) == (12, g.blocked_prompts), manifest
+    assert (manifest["variant_asked"], manifest["variant"]) == ("auto", "fp32")  # the workload's default, on a CPU
     memory = serving.memory()
     config = check_folder(local_folder("", arch))
     kv_heads = config.get("num_key_value_heads") or config.get("n_head") or config["num_attention_heads"]
