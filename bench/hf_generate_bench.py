@@ -21,8 +21,11 @@ Policies, over the same prompts, greedy (so outputs can be compared):
   measured against.
 
 Repeats alternate the policies; each cell is the median new tokens/s (min, max); ``agreement`` is the share of
-prompts whose continuation equals ``generate``'s at batch 1. The last line is one JSON object, also written to
-``bench/results/hf_generate.json``.
+prompts whose continuation equals ``generate``'s at batch 1. The summary compares each batcher with the best fixed
+policy by median twice: the ratio of medians with the widest range the two ranges allow, and paired by repeat (the
+two ran in the same repeat, minutes apart at most: a slow spell of the host slows both), its median, range and the
+repeats it was faster in. Each other host's latest summary is kept beside this run's. The last line is one JSON
+object, also written to ``bench/results/hf_generate.json``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from bench.provenance import write_results
+from bench.provenance import other_hosts, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "hf_generate.json"
@@ -141,7 +144,7 @@ def main() -> None:
     from aigc.stages import configure
 
     settings = configure("default", "hf-causal-lm").batching  # the workload's, as stage 4 reads them
-    rows = []
+    rows, rates_of = [], {}
     for n in args.prompts:
         items = prompts(s, n)
         texts = [s.tokenizer.decode(x) for x in items]
@@ -169,7 +172,7 @@ def main() -> None:
                     tokens[name] = sum(map(len, out))
                     agreement[name] = sum(a == b for a, b in zip(out, reference, strict=True)) / n
         for name in policies:
-            rates = [tokens[name] / t for t in times[name]]
+            rates = rates_of[n, name] = [tokens[name] / t for t in times[name]]
             rows.append({"prompts": n, "policy": name, "tokens_per_s": round(statistics.median(rates), 1),
                          "range": [round(min(rates), 1), round(max(rates), 1)], "new_tokens": tokens[name],
                          "agreement_with_b1": round(agreement[name], 4), "repeats": args.repeats})
@@ -180,16 +183,22 @@ def main() -> None:
     for n in args.prompts:
         fixed = [r for r in rows if r["prompts"] == n and not r["policy"].startswith("ours")]
         best = max(fixed, key=lambda r: r["tokens_per_s"])
-        entry = {"prompts": n, "best_fixed": best["policy"]}
+        entry = {"prompts": n, "best_fixed": best["policy"], "repeats": args.repeats}
         for policy in ("ours", "ours_judge2"):
             mine = next(r for r in rows if r["prompts"] == n and r["policy"] == policy)
             entry[f"{policy}_vs_best_fixed"] = round(mine["tokens_per_s"] / best["tokens_per_s"], 3)
             entry[f"{policy}_vs_best_fixed_range"] = [round(mine["range"][0] / best["range"][1], 3),
                                                       round(mine["range"][1] / best["range"][0], 3)]
+            paired = [a / b for a, b in zip(rates_of[n, policy], rates_of[n, best["policy"]], strict=True)]
+            entry[f"{policy}_vs_best_fixed_paired"] = {
+                "median": round(statistics.median(paired), 3), "range": [round(min(paired), 3), round(max(paired), 3)],
+                "faster_in": sum(x > 1 for x in paired), "repeats": len(paired)}
         summary.append(entry)
     result = {"bench": "hf_generate", "model": "hf-causal-lm demo base (llama, 2 x 64, GQA 4/2)", "greedy": True,
               "new_tokens": args.new_tokens, "rows": rows, "summary": summary,
-              "threads": torch.get_num_threads()}
+              "threads": torch.get_num_threads(),
+              # each other host's latest summary: the batcher's standing differs by CPU (AVX512-BF16 or not)
+              "other_hosts": other_hosts(RESULTS, ("model", "new_tokens", "summary"))}
     write_results(RESULTS, result)
     print(json.dumps(result))
 

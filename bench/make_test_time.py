@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.provenance import ROOT, stamp, write_results
+from bench.provenance import ROOT, other_hosts, write_results
 
 RESULTS = ROOT / "bench" / "results" / "make_test.json"
 LOG = ROOT / ".bench" / "make_test.log"
@@ -30,24 +30,6 @@ def counts(output: str) -> dict[str, int]:
     line = next((x for x in reversed(output.splitlines()) if re.search(r"\d+ (passed|failed)", x)), "")
     found = {kind.rstrip("s") if kind.startswith("error") else kind: int(n) for n, kind in SUMMARY.findall(line)}
     return {k: found.get(k, 0) for k in ("passed", "failed", "skipped", "error")}
-
-
-def other_hosts(path: Path) -> list[dict]:
-    """The latest earlier measurement of each other host, kept beside this one: the same suite takes minutes more on
-    a slower CPU, and a figure from one host alone would hide that."""
-    import json
-
-    if not path.exists():
-        return []
-    previous = json.loads(path.read_text())
-    here = stamp()["host"]
-    kept = [previous, *previous.get("other_hosts", [])]
-    latest: dict[str, dict] = {}
-    for run in kept:
-        host = run.get("provenance", {}).get("host")
-        if host and host != here and host not in latest:
-            latest[host] = {k: v for k, v in run.items() if k != "other_hosts"}
-    return list(latest.values())
 
 
 def timed(command: list[str], cwd: Path) -> tuple[float, int, str]:

@@ -72,6 +72,23 @@ def stamp(measured_commit: str | None = None) -> dict:
             "commit": measured_commit or commit()}
 
 
+def other_hosts(path: Path, fields: tuple[str, ...] | None = None) -> list[dict]:
+    """The latest earlier measurement of each other host in the results file at ``path`` (its ``fields`` and
+    provenance, or all of it), to keep beside this one: the same bench differs 2x between hosts that both say
+    "2 cores", and a figure from one host alone would hide that."""
+    if not path.exists():
+        return []
+    previous = json.loads(path.read_text())
+    here = stamp()["host"]
+    latest: dict[str, dict] = {}
+    for run in [previous, *previous.get("other_hosts", [])]:
+        host = run.get(KEY, {}).get("host")
+        if host and host != here and host not in latest:
+            latest[host] = {k: v for k, v in run.items()
+                            if k != "other_hosts" and (fields is None or k in fields or k == KEY)}
+    return list(latest.values())
+
+
 def write_results(path: Path, result, indent: int = 2, measured_commit: str | None = None) -> None:
     """``result`` as JSON at ``path`` with this run's provenance (a list is kept whole under ``rows``);
     ``measured_commit``: the commit measured, where it is not this checkout's (a fresh clone's)."""

@@ -70,7 +70,7 @@ SCRIPTS: list[Bench] = [
     Bench("batching_bench.py", ("--image-items", "500", "2000", "--attention-items", "2000", "8000"),
           gpu=("--workloads", "gpu", "--attention-items", "20000")),
     Bench("long_prompts_bench.py", ("--prompts", "16", "32", "--models", "text", "hf-causal-lm")),
-    Bench("hf_generate_bench.py", ("--prompts", "64", "256")),
+    Bench("hf_generate_bench.py", ("--prompts", "64", "256", "1024")),
     # The standard profile takes the demo model the project ships (the demo chain's own, registered and deployed
     # here in seconds; training one took most of B6's two minutes); the full one trains the demo's. The GPU one
     # trains on CUDA, in its own model folder: a model deployed by a CPU run names CPU devices for its variants.
