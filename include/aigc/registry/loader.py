@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import torch
 
+from aigc.config.variant_names import AUTO
 from aigc.lake import Lake
 from aigc.lake.keys import join
 from aigc.registry import variants
@@ -41,7 +42,7 @@ def served_variant(asked: str, eligible: list[str], device: torch.device) -> str
     """The variant a shard serves when ``generate.variant`` is ``asked`` and gate 3 passed ``eligible``: ``asked``
     itself, or for ``auto``, bf16 on a CUDA device (native there: half fp32's memory, so twice the batch, on the
     tensor cores) where gate 3 passed it, else fp32 (bf16 on a CPU is emulated by most, and slower than fp32)."""
-    if asked != "auto":
+    if asked != AUTO:
         return asked
     return "bf16" if device.type == "cuda" and "bf16" in eligible else "fp32"
 

@@ -20,7 +20,6 @@ import warnings
 import numpy as np
 import torch
 
-KINDS = ("fp32", "bf16", "pruned", "int8dyn", "onnx", "int8")
 ONNX_KINDS = ("onnx", "int8")
 CPU_KINDS = ("int8dyn",)
 """Torch variants whose kernels are the CPU's: they serve on the CPU whatever the worker has."""

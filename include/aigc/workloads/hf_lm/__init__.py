@@ -52,8 +52,8 @@ class HFCausalLMWorkload(DocumentWorkload):
                    "generate": {"variant": "auto", "prompts": 32, "shards": 2},
                    # A batch of continuations lasts tens of milliseconds and a bucket of token counts holds few
                    # prompts: a size judged on one batch reaches the best in half the batches. On the demo base
-                   # it did better than two at every run size measured (bench/results/hf_generate.json, "ours"
-                   # against "ours_judge2").
+                   # it did far better than two at 64 prompts on both hosts measured, and within noise of two at
+                   # 256 and 1,024 (bench/results/hf_generate.json, "ours" against "ours_judge2").
                    "batching": {"judge_batches": 1},
                    "evaluate": {"eval_prompts": 64, "latency_prompts": 8, "latency_rounds": 3, "review_items": 8},
                    # the share of acceptable continuations (not empty, not looping, no blocked term)
