@@ -87,6 +87,36 @@ def test_a_base_in_an_s3_lake_is_copied_once_and_again_when_it_changes(s3_server
     assert again != folder and json.loads((again / "config.json").read_text())["rms_norm_eps"] == 1e-5
 
 
+def test_a_batchs_measured_peak_is_what_the_memory_model_predicts_with_a_large_vocabulary(llama_base):
+    """The memory model counts the last position's logits only (vocab per prompt), as the library's own generate
+    computes them (``logits_to_keep``); a prefill that computed every position's (prompt × vocab per prompt) would
+    outgrow it wherever the vocabulary is wide against the model, as in most real models (32k to 150k entries)."""
+    from safetensors.torch import save
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from aigc.batching.peaks import CpuPeaks
+    from aigc.registry.variants import unshared
+    from aigc.workloads.hf_lm.base import DEMO_PREFIX
+    from aigc.workloads.hf_lm.serving import HFServing, Item
+
+    config = LlamaConfig(vocab_size=16384, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    model = LlamaForCausalLM(config)
+    card = {"hf": {"config": config.to_dict(), "base_uri": f"{DEMO_PREFIX}llama", "base": fingerprint(llama_base),
+                   "context": 512, "new_tokens": 2, "temperature": 0.0}}
+    serving = HFServing(card, "fp32", save(unshared(model.state_dict())), torch.device("cpu"), "test")
+    items = [Item(list(range(1, 301)), 0, 2, 0.0, 1.0, ()) for _ in range(2)]
+    meter = CpuPeaks()
+    with meter.measuring():
+        serving.continue_items(items, greedy=True)
+    predicted = serving.memory().predict([300, 300])
+    every_position = 2 * 300 * config.vocab_size * 4  # what full logits alone would take: several times the model
+    assert every_position > 3 * predicted
+    # Within twice the prior (the padding mask's L² and smaller transients it leaves out: measured peaks calibrate
+    # it), and far below what every position's logits would take.
+    assert meter.peak() < 2 * predicted < every_position / 10
+
+
 def test_a_looping_continuation_is_not_acceptable_and_prose_is():
     from aigc.workloads.hf_lm.evaluation import acceptable, repeated_ngrams
 

@@ -7,6 +7,7 @@ from the base's folder and checked against those hashes (a base replaced since w
 
 from __future__ import annotations
 
+import inspect
 from typing import NamedTuple
 
 import torch
@@ -130,7 +131,12 @@ class HFServing(Serving):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         generators = [torch.Generator().manual_seed(it.seed) for it in items]
         cache = DynamicCache(config=self.model.config)  # filled in place by every forward pass
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
+        # The last position's logits only, as the library's generate asks (prompt × vocab per prompt otherwise:
+        # most of the prefill's memory for a real model's vocabulary, and none of it used).
+        last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(self.model.forward).parameters \
+            else {}
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+                         **last_only)
         next_position = positions[:, -1] + 1
         result: list[list[int]] = [[] for _ in range(b)]
         limit = torch.tensor([it.max_new for it in items])
