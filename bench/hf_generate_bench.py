@@ -10,7 +10,7 @@ Policies, over the same prompts, greedy (so outputs can be compared):
 * ``generate_bK``: ``model.generate`` on fixed batches of K prompts in file order, left-padded (the library's
   batched call, K in a sweep that brackets its best);
 * ``generate_sorted_bK``: the same on the prompts sorted by length first (little padding: what a careful user
-  writes), answers put back in file order, K in a finer sweep (1, 4, 8, 16, 32, 64); the best of every fixed policy
+  writes), answers put back in file order, K in a finer sweep (1, 4, 8, 16, 32, 64, 128); the best of every fixed policy
   in hindsight is the baseline;
 * ``pipeline_bK``: ``pipeline("text-generation", batch_size=K)`` on the prompts' text (the library's highest-level
   call; it pads on the left, in file order), its continuations compared as text;
@@ -46,7 +46,7 @@ from bench.provenance import other_hosts, write_results
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "hf_generate.json"
 SWEEP = (1, 4, 16, 64)
-SORTED_SWEEP = (1, 4, 8, 16, 32, 64)  # the strongest fixed policy, swept finely around its best (16 on this model)
+SORTED_SWEEP = (1, 4, 8, 16, 32, 64, 128)  # the strongest fixed policy, swept finely around its best (16 to 64 here)
 PIPELINE_SWEEP = (4, 16, 64)  # batch 1 is generate_b1 with the pipeline's overhead: minutes at 1,024 prompts
 
 
