@@ -1,8 +1,8 @@
 """The base model: a folder in the ``save_pretrained`` layout, found, checked and loaded without running its code.
 
 A base is named by ``HFLMSettings.base_model_uri``: a folder on this machine, or a folder in a lake (``s3://…``,
-``file://…``), which is copied once into a local cache (``cache.cache_root``) keyed by its listing (names, sizes,
-versions), so every process of a run loads the same bytes from disk. Before ``transformers`` sees a folder it is
+``file://…``), which is copied once into a local cache (``hf_folder.materialise``) keyed by its listing (names,
+sizes, versions), so every process of a run loads the same bytes from disk. Before ``transformers`` sees a folder it is
 checked here:
 
 * ``config.json`` present and naming no code of its own (``auto_map``: that would need ``trust_remote_code``);
@@ -20,18 +20,21 @@ An empty ``base_model_uri`` means the demo base (``demo_base``): built from a co
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import re
-import shutil
-import uuid
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aigc.workloads.hf_lm.cache import cache_root
+from aigc.workloads.hf_folder import (
+    PICKLES,
+    BaseModelError,
+    file_hashes,
+    fingerprint_of,
+    is_lake_uri,
+    refuse_hub_id,
+)
+from aigc.workloads.hf_folder import materialise as materialise_folder
 
 # Set before transformers and huggingface_hub are imported (they read it once): no call to the Hub, even by a
 # code path that would otherwise look for a newer file.
@@ -46,21 +49,11 @@ LAYOUT = re.compile(r"^(config\.json|generation_config\.json|.+\.safetensors|mod
                     r"tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|vocab\.json|merges\.txt|"
                     r"tokenizer\.model|added_tokens\.json|chat_template\.jinja|chat_template\.json)$")
 """The files of the ``save_pretrained`` layout that loading reads; anything else in a folder is left alone."""
-PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
 TOKENIZER_PREFIXES = ("tokenizer", "vocab", "merges", "special_tokens", "added", "chat_template")
 """The layout's files a tokenizer is loaded from."""
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 DEMO_PREFIX = "demo:"
 """How a model card names a demo base (``demo:llama``) in place of a location."""
-
-
-class BaseModelError(ValueError):
-    """A base model that is missing or that cannot be loaded safely: the message says what to do."""
-
-
-def is_lake_uri(uri: str) -> bool:
-    return "://" in uri
 
 
 def check_folder(folder: Path, where: str | None = None) -> dict:
@@ -103,63 +96,23 @@ def local_folder(uri: str, demo_architecture: str = "llama", s3: S3Options | Non
         from aigc.lake import open_lake
 
         return materialise(open_lake(uri, s3), uri)
+    refuse_hub_id(uri)
     folder = Path(uri).expanduser()
-    if not folder.exists() and HUB_ID.match(uri):
-        raise BaseModelError(f"{uri!r} is not a folder; it looks like a Hugging Face Hub id, and nothing is "
-                             "downloaded while the pipeline runs: download it once (huggingface-cli download "
-                             f"{uri} --local-dir DIR, or snapshot_download), then pass the folder (or its copy "
-                             "in the lake) as the base model")
     check_folder(folder, uri)
     return folder.resolve()
 
 
 def materialise(source: Lake, where: str) -> Path:
-    """A local copy of the base folder in ``source`` (the layout's files at its top level), made once per listing
-    (names, sizes, versions: a file replaced there is copied again)."""
-    listing = sorted((k, size, version) for k, size, version in source.list_versions("")
-                     if "/" not in k and LAYOUT.match(k))
-    if not listing:
-        raise BaseModelError(f"no base model at {where}: no file of the save_pretrained layout there")
-    digest = hashlib.sha256(json.dumps([where, listing]).encode()).hexdigest()[:24]
-    root = cache_root()
-    folder = root / digest
-    if (folder / ".complete").exists():
-        return folder
-    staging = root / f".{digest}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir(parents=True)
-    try:
-        for key, size, _ in listing:
-            data = source.get_bytes(key)
-            if len(data) != size:
-                raise BaseModelError(f"{where}/{key} read {len(data)} bytes where the listing said {size}")
-            (staging / key).write_bytes(data)
-        check_folder(staging, where)
-        (staging / ".complete").write_text(where)
-        with contextlib.suppress(OSError):  # another process copied the same listing first: the same bytes
-            staging.rename(folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
-
-
-@cache
-def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+    """A local copy of the base folder in ``source`` (the layout's files at its top level)."""
+    return materialise_folder(source, where, lambda key: "/" not in key and bool(LAYOUT.match(key)), check_folder)
 
 
 def fingerprint(folder: Path, tokenizer_only: bool = False) -> dict:
     """What pins a base: each layout file's sha256, and one over them all (the lineage a fine-tuned model records);
     ``tokenizer_only``: the tokenizer's files alone (what serving checks, without reading gigabytes of weights)."""
-    files = {}
-    for p in sorted(folder.iterdir()):
-        if p.is_file() and LAYOUT.match(p.name) and (not tokenizer_only or p.name.startswith(TOKENIZER_PREFIXES)):
-            st = p.stat()
-            files[p.name] = _file_sha256(str(p), st.st_size, st.st_mtime_ns)
-    return {"sha256": hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest(), "files": files}
+    files = file_hashes(folder, lambda name: "/" not in name and bool(LAYOUT.match(name))
+                        and (not tokenizer_only or name.startswith(TOKENIZER_PREFIXES)))
+    return fingerprint_of(files)
 
 
 def load_tokenizer(folder: Path):

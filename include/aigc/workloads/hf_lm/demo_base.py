@@ -6,8 +6,8 @@ architecture with **random weights** (seeded): ``llama`` (2 layers, grouped-quer
 2 key/value heads) or ``gpt2`` (2 layers, learnt positions, tied embeddings). The pipeline loads it with the same
 code as a user's folder (``base``), so the demo exercises the real loading path.
 
-``demo_folder`` keeps one per architecture in this machine's cache, built once by whichever process gets there
-first (it builds in a folder of its own and renames it; a loser's copy is removed).
+``demo_folder`` keeps one per architecture in this machine's cache (``hf_folder.cache_root``), built once by
+whichever process gets there first (it builds in a folder of its own and renames it; a loser's copy is removed).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from aigc.workloads.hf_lm.cache import cache_root
+from aigc.workloads.hf_folder import cache_root
 
 log = logging.getLogger(__name__)
 VOCAB = 512
@@ -60,7 +60,7 @@ def build_demo_base(folder: Path, architecture: str = "llama", seed: int = 0) ->
 
 
 def demo_folder(architecture: str = "llama") -> Path:
-    """The demo base of ``architecture`` in this machine's cache (``cache.cache_root``), built there once: the same
+    """The demo base of ``architecture`` in this machine's cache, built there once: the same
     seed and pinned packages give every process and host the same files (the fingerprint a model card records
     lets a server check it holds the base its version was trained from)."""
     import transformers

@@ -1,0 +1,101 @@
+"""The hf-diffusion workload's base: a diffusers pipeline folder (built here from configs, as the demo does: nothing
+is downloaded), loaded by diffusers' own ``from_pretrained``, refused where loading it would run code or need the
+Hub, and copied from a lake with its component folders."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from aigc.lake import S3Lake
+from aigc.workloads.hf_diffusion.base import BaseModelError, check_folder, fingerprint, load_pipeline, local_folder
+
+CAPTION = "a small red circle at the top"
+
+
+@pytest.fixture(scope="module")
+def pixel_base():
+    return local_folder("", "pixel")
+
+
+@pytest.mark.parametrize(("arch", "pipeline", "latent"), [("pixel", "IFPipeline", False),
+                                                           ("latent", "StableDiffusionPipeline", True)])
+def test_the_demo_bases_are_diffusers_pipelines_saved_with_save_pretrained(arch, pipeline, latent):
+    folder = local_folder("", arch)
+    index = check_folder(folder)
+    assert index["_class_name"] == pipeline and ("vae" in index) == latent
+    assert (folder / "unet" / "diffusion_pytorch_model.safetensors").exists()
+    assert not [p for p in folder.rglob("*") if p.suffix in (".bin", ".pt", ".ckpt")]
+    pipe = load_pipeline(folder)
+    assert type(pipe).__name__ == pipeline
+    # The caption grammar's words are whole tokens of the tokenizer learnt offline: none is unknown.
+    ids = pipe.tokenizer(CAPTION)["input_ids"]
+    assert ids[0] == pipe.tokenizer.bos_token_id and ids[-1] == pipe.tokenizer.eos_token_id
+    assert pipe.tokenizer.eos_token_id not in ids[1:-1]
+    assert pipe.tokenizer.decode(ids[1:-1]).strip() == CAPTION
+    # The library's own call answers a batch at the configured resolution, with guidance (the batch doubled).
+    kwargs = {"clean_caption": False} if pipeline == "IFPipeline" else {}
+    images = pipe([CAPTION, "a large blue square on the left"], num_inference_steps=2, guidance_scale=3.0,
+                  output_type="pt", generator=[torch.Generator().manual_seed(s) for s in (1, 2)], **kwargs).images
+    assert tuple(images.shape) == (2, 3, 32, 32) and torch.isfinite(images).all()
+    assert local_folder("", arch) == folder and fingerprint(folder) == fingerprint(folder)  # built once
+
+
+def test_a_base_is_refused_where_loading_it_would_run_code_or_need_a_download(tmp_path, pixel_base):
+    with pytest.raises(BaseModelError, match=r"looks like a Hugging Face Hub id.*nothing is downloaded"):
+        local_folder("acme/sdxl")
+    with pytest.raises(BaseModelError, match="no base pipeline folder at"):
+        local_folder(str(tmp_path / "nowhere"))
+    base = tmp_path / "pipe"
+    shutil.copytree(pixel_base, base)
+    index = json.loads((base / "model_index.json").read_text())
+
+    def refused(match: str, changed_index: dict | None = None) -> None:
+        (base / "model_index.json").write_text(json.dumps(changed_index or index))
+        with pytest.raises(BaseModelError, match=match):
+            local_folder(str(base))
+        (base / "model_index.json").write_text(json.dumps(index))
+
+    refused(r"components \{'unet': 'my_unets'\} come from libraries other than .*folder's own code",
+            {**index, "unet": ["my_unets", "MyUNet"]})
+    refused(r"names no pipeline class", {**index, "_class_name": ["pipeline", "MyPipeline"]})
+    refused(r"has no 'unet' component: this workload fine-tunes a conditional UNet",
+            {k: v for k, v in index.items() if k != "unet"})
+    refused(r"names a component 'vae' \(AutoencoderKL\) with no folder vae/",
+            {**index, "vae": ["diffusers", "AutoencoderKL"]})
+    weights = base / "unet" / "diffusion_pytorch_model.safetensors"
+    weights.rename(base / "unet" / "diffusion_pytorch_model.bin")
+    refused(r"unet has no safetensors weights \(only \['diffusion_pytorch_model.bin'\]: pickles")
+    (base / "unet" / "diffusion_pytorch_model.bin").rename(weights)
+    config = json.loads((base / "text_encoder" / "config.json").read_text())
+    (base / "text_encoder" / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "m.M"}}))
+    refused(r"text_encoder/config.json names code of its own \(auto_map")
+    (base / "text_encoder" / "config.json").write_text(json.dumps(config))
+    (base / "tokenizer" / "tokenizer.json").unlink()
+    refused(r"tokenizer has no tokenizer files")
+    shutil.copy(pixel_base / "tokenizer" / "tokenizer.json", base / "tokenizer" / "tokenizer.json")
+    # A pipeline class diffusers does not ship is code of the folder's author's: refused before loading.
+    (base / "model_index.json").write_text(json.dumps({**index, "_class_name": "MyOwnPipeline"}))
+    with pytest.raises(BaseModelError, match=r"names 'MyOwnPipeline', which is no pipeline diffusers .* ships"):
+        load_pipeline(base)
+    (base / "model_index.json").write_text(json.dumps(index))
+    assert check_folder(base) == index  # the copy, mended, is a base again
+
+
+def test_a_base_in_an_s3_lake_is_copied_with_its_component_folders(s3_server, pixel_base, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIGC_HF_CACHE", str(tmp_path / "cache"))
+    lake = S3Lake(f"s3://{s3_server.bucket}/diffusion-{tmp_path.name}", s3_server.options())
+    for p in pixel_base.rglob("*"):
+        if p.is_file() and not p.name.startswith("."):
+            lake.put_bytes(f"models/my-pipe/{p.relative_to(pixel_base).as_posix()}", p.read_bytes())
+    lake.put_bytes("models/my-pipe/unet/notes.md", b"not part of the layout: not copied")
+    uri = lake.url("models/my-pipe")
+    folder = local_folder(uri, s3=s3_server.options())
+    assert fingerprint(folder)["files"] == fingerprint(pixel_base)["files"]
+    assert "unet/diffusion_pytorch_model.safetensors" in fingerprint(folder)["files"]
+    assert not (folder / "unet" / "notes.md").exists()
+    assert local_folder(uri, s3=s3_server.options()) == folder  # the same listing: the same copy
+    assert type(load_pipeline(folder)).__name__ == "IFPipeline"
