@@ -144,6 +144,7 @@ def load_pipeline(folder: Path, dtype: torch.dtype | None = None):
     import torch
     from diffusers import DiffusionPipeline
     from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as hf_logging
 
     index = check_folder(folder)
     shipped = getattr(diffusers, index["_class_name"], None)
@@ -151,6 +152,7 @@ def load_pipeline(folder: Path, dtype: torch.dtype | None = None):
         raise BaseModelError(f"{folder}'s model_index.json names {index['_class_name']!r}, which is no pipeline "
                              f"diffusers {diffusers.__version__} ships: a custom pipeline's code is not run here")
     diffusers_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # the text encoder's, loaded by transformers
     pipe = DiffusionPipeline.from_pretrained(str(folder), local_files_only=True, use_safetensors=True,
                                              dtype=dtype or torch.float32)
     if type(pipe).__name__ != index["_class_name"]:  # from_pretrained maps a few names; anything else is a surprise

@@ -1,0 +1,114 @@
+"""The denoising objective a ``diffusers`` pipeline's UNet is fine-tuned on, as ``diffusers``' own text-to-image
+training script computes it, read from the base's own components and scheduler:
+
+* pictures in [-1, 1] go through the frozen autoencoder where the pipeline has one (a latent sample, times its
+  ``scaling_factor``, less its ``shift_factor`` where it has one), or stay pixels (a pixel-space pipeline: IF);
+* captions go through the frozen text encoder, one in ``caption_dropout`` replaced by the empty caption, so the
+  model also learns the unconditional prediction that classifier-free guidance subtracts at serving time;
+* a timestep uniform over the scheduler's training steps, noise added by the scheduler (``add_noise``), and the
+  target the scheduler's ``prediction_type`` names: the noise (``epsilon``), the velocity (``v_prediction``,
+  ``get_velocity``) or the clean sample (``sample``); the loss is the mean squared error.
+
+A UNet that predicts a variance beside the noise (``out_channels`` twice ``in_channels``: IF's) is trained on the
+noise half, which is all a fixed-variance scheduler reads. Every draw comes from one ``torch.Generator`` the caller
+seeds, so a step's noise does not depend on the process's global random state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
+
+
+@dataclass
+class Frozen:
+    """The parts of a pipeline that fine-tuning the UNet reads and does not train."""
+
+    tokenizer: object
+    text_encoder: torch.nn.Module
+    vae: torch.nn.Module | None
+    scheduler: object
+
+    @classmethod
+    def of(cls, pipe) -> Frozen:
+        prediction = pipe.scheduler.config.get("prediction_type", "epsilon")
+        if prediction not in PREDICTION_TYPES:
+            raise ValueError(f"the base's scheduler predicts {prediction!r}: fine-tuning knows "
+                             f"{list(PREDICTION_TYPES)}")
+        vae = getattr(pipe, "vae", None)
+        for part in (pipe.text_encoder, vae):
+            if part is not None:
+                part.requires_grad_(False).eval()
+        return cls(pipe.tokenizer, pipe.text_encoder, vae, pipe.scheduler)
+
+    def to(self, device: torch.device) -> Frozen:
+        self.text_encoder.to(device)
+        if self.vae is not None:
+            self.vae.to(device)
+        return self
+
+    def tokenize(self, captions: list[str]) -> torch.Tensor:
+        """(B, tokens) ids of the captions, padded and cut to the tokenizer's length, as the pipeline encodes them."""
+        return self.tokenizer(captions, padding="max_length", max_length=self.tokenizer.model_max_length,
+                              truncation=True, return_tensors="pt").input_ids
+
+    @torch.no_grad()
+    def encode_text(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, tokens, width): the encoder's last hidden states of the captions' ids."""
+        return self.text_encoder(ids.to(next(self.text_encoder.parameters()).device), return_dict=False)[0]
+
+    @torch.no_grad()
+    def encode_pictures(self, pixels: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """What the UNet denoises: the pixels themselves, or the autoencoder's latents of them."""
+        if self.vae is None:
+            return pixels
+        latents = self.vae.encode(pixels.to(self.vae.dtype)).latent_dist.sample(generator)
+        config = self.vae.config
+        shift = config.get("shift_factor") or 0.0
+        return (latents - shift) * config.get("scaling_factor", 1.0)
+
+
+def denoising_loss(unet, frozen: Frozen, pixels: torch.Tensor, ids: torch.Tensor, generator: torch.Generator,
+                   caption_dropout: float = 0.0) -> torch.Tensor:
+    """The mean squared error of ``unet``'s prediction for ``pixels`` (B, 3, H, W in [-1, 1]) captioned by ``ids``
+    (``Frozen.tokenize``), at one random timestep each. ``unet`` may be DDP-wrapped: it is called, not reached into."""
+    device = pixels.device
+    if caption_dropout > 0:
+        dropped = torch.rand(len(ids), generator=generator) < caption_dropout
+        ids = torch.where(dropped[:, None], frozen.tokenize([""]).expand_as(ids), ids)
+    context = frozen.encode_text(ids)
+    clean = frozen.encode_pictures(pixels, generator)
+    scheduler = frozen.scheduler
+    noise = torch.randn(clean.shape, generator=generator).to(device)
+    steps = torch.randint(0, scheduler.config.num_train_timesteps, (clean.shape[0],), generator=generator).to(device)
+    noisy = scheduler.add_noise(clean, noise, steps)
+    prediction = scheduler.config.get("prediction_type", "epsilon")
+    target = {"epsilon": noise, "sample": clean}.get(prediction)
+    if target is None:
+        target = scheduler.get_velocity(clean, noise, steps)
+    out = unet(noisy, steps, encoder_hidden_states=context.to(noisy.dtype), return_dict=False)[0]
+    out = out[:, : clean.shape[1]]  # a UNet that also predicts a variance: its noise half
+    return F.mse_loss(out.float(), target.float())
+
+
+def trainable_unet(folder: Path, finetune: str = "full", rank: int = 8, alpha: float = 16.0):
+    """The base's UNet to fine-tune: every weight (``full``), or LoRA adapters (``peft``) on its attention
+    projections with the rest frozen (``lora``); and the frozen rest of the pipeline."""
+    from aigc.workloads.hf_diffusion.base import load_pipeline
+
+    pipe = load_pipeline(folder)
+    unet = pipe.unet
+    if finetune == "lora":
+        from peft import LoraConfig
+
+        unet.requires_grad_(False)
+        unet.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, init_lora_weights="gaussian",
+                                    target_modules=["to_k", "to_q", "to_v", "to_out.0"]))
+    elif finetune != "full":
+        raise ValueError(f"finetune must be 'full' or 'lora', got {finetune!r}")
+    return unet.train(), Frozen.of(pipe)
