@@ -338,8 +338,8 @@ class Workload(ABC):
         """Refuse a stage this workload has no hooks for yet, by name, instead of running another model's code."""
         if stage not in self.stages:
             raise NotImplementedError(
-                f"workload {self.name!r} provides stage(s) {sorted(self.stages)}, not {stage!r}: the {stage} "
-                "stage still runs the image workload's code only (issue 18 moves it onto the workload interface)")
+                f"workload {self.name!r} provides stage(s) {sorted(self.stages)}, not {stage!r}: it has no {stage} "
+                "hooks (Workload.stages), so the stage refuses it rather than run another model's code")
 
     def __repr__(self) -> str:
         return f"<workload {self.name!r}>"

@@ -14,6 +14,8 @@ from aigc.lake import S3Lake
 from aigc.workloads.hf_diffusion.base import BaseModelError, check_folder, fingerprint, load_pipeline, local_folder
 
 CAPTION = "a small red circle at the top"
+DATE = "2026-11-20"
+WORKLOAD = "aigc.workloads.hf_diffusion:HF_DIFFUSION"  # not a built-in name until its five stages run
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +148,55 @@ def test_fine_tuning_lowers_the_denoising_loss_on_the_same_noise(arch, finetune,
     if finetune == "lora":  # only the adapters moved: the base's own weights are as loaded
         assert 0 < sum(p.numel() for p in trainable) < sum(p.numel() for p in unet.parameters()) / 5
         assert all(torch.equal(v, unet.state_dict()[k]) for k, v in frozen_before.items())
+        # What stage 2 registers: the adapters fused into the base UNet's own names, answering as the adapted UNet.
+        from types import SimpleNamespace
+
+        from aigc.workloads.hf_diffusion.training import HFDiffusionTrainingTask
+
+        task = SimpleNamespace(settings=SimpleNamespace(finetune="lora"))
+        fused = HFDiffusionTrainingTask.weights(task, unet)
+        plain, _ = trainable_unet(local_folder("", arch), "full")
+        assert set(fused) == set(plain.state_dict())
+        plain.load_state_dict(fused)
+        noisy, context = torch.randn(2, 3, 32, 32), frozen.encode_text(ids[:2])
+        with torch.no_grad():
+            adapted = unet(noisy, 500, encoder_hidden_states=context).sample
+            assert torch.allclose(plain(noisy, 500, encoder_hidden_states=context).sample, adapted, atol=1e-4)
+
+
+def test_stages_1_and_2_curate_the_shapes_and_fine_tune_the_demo_pipelines_unet(tmp_path):
+    """Through the stage API the CLI and the DAGs call: the image workload's drop and rules, then the UNet fine-tuned
+    by the DDP core (one rank here; tests/integration runs torchrun), gate 2, and the stages not built yet refused."""
+    from safetensors.torch import load as load_safetensors
+
+    from aigc.lake import LocalLake
+    from aigc.stages import DEPLOY, PREPARE, TRAIN, configure
+    from aigc.train import distributed as D
+    from aigc.train.loop import train_rank
+    from aigc.workloads import load_workload
+
+    torch.set_num_threads(1)
+    cfg = configure("smoke", WORKLOAD).override({
+        "prepare": {"workers": 1}, "raw": {"n": 80}, "curated_gate": {"min_rows": 40},
+        "train": {"steps": 12, "eval_every": 6, "checkpoint_every": 6, "batch_size": 8, "warmup_steps": 2,
+                  "nproc": 1, "threads": 1}})
+    workload = load_workload(WORKLOAD)
+    lake = LocalLake(tmp_path / "lake")
+    raw = lake.sub("raw/shapes")
+    PREPARE.make_raw(raw, DATE, cfg)
+    PREPARE.finish(lake, cfg, PREPARE.produce(raw, lake, DATE, cfg))
+
+    solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
+    summary = train_rank(lake, DATE, cfg, "20261120T000000000000Z-diffusion", solo, workload)
+    assert summary["steps"] == 12 and summary["final_val_loss"] < summary["initial_val_loss"]
+    assert summary["pipeline"] == "IFPipeline" and summary["trainable_parameters"] == summary["parameters"]
+    base = local_folder("", "pixel")
+    saved = load_safetensors(lake.get_bytes(summary["weights_uri"].split(lake.uri.rstrip("/") + "/", 1)[1]))
+    assert set(saved) == set(load_pipeline(base).unet.state_dict())  # a UNet folder's names, as the base has them
+    card = lake.get_json(f"training/hf-diffusion/dt={DATE}/run={summary['run_id']}/model.json")
+    assert card["diffusion"]["base"]["sha256"] == fingerprint(base)["sha256"]
+    assert card["diffusion"]["base_uri"] == "demo:pixel" and card["diffusion"]["resolution"] == 32
+    TRAIN.gate(lake, cfg, summary)  # below the loss of predicting no noise at all
+    TRAIN.finish(lake, cfg, summary)
+    with pytest.raises(NotImplementedError, match=r"provides stage\(s\) \['prepare', 'train'\], not 'deploy'"):
+        DEPLOY.register(lake, DATE, cfg)
