@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from aigc.lake import Lake
 
 CACHE_SETTING = "AIGC_HF_CACHE"
+log = logging.getLogger(__name__)
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 """Weight files that are pickles: loading one runs code, so a folder holding only these is refused."""
@@ -41,6 +43,28 @@ class BaseModelError(ValueError):
 def cache_root() -> Path:
     """Where base models are kept on this machine: the demo bases built here and the copies of bases in a lake."""
     return Path(os.environ.get(CACHE_SETTING) or Path.home() / ".cache" / "aigc" / "hf-bases")
+
+
+def built_once(name: str, build: Callable[[Path], object], what: str) -> Path:
+    """The folder ``name`` in this machine's cache, built there once by ``build(folder)``: whichever process gets there
+    first builds in a folder of its own and renames it (a loser's copy is removed; the same seed and pinned packages
+    give it the same files). ``what`` says what was built, in the one warning a host logs."""
+    folder = cache_root() / name
+    if (folder / ".complete").exists():
+        return folder
+    staging = cache_root() / f".{name}-{uuid.uuid4().hex[:8]}"
+    try:
+        build(staging)
+        (staging / ".complete").write_text(name)
+        try:
+            staging.rename(folder)
+            log.warning("built %s in %s, with RANDOM weights (no base was given: set base_model_uri to your "
+                        "model's folder)", what, folder)
+        except OSError:  # another process built it first: the same files
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
 
 
 def is_lake_uri(uri: str) -> bool:

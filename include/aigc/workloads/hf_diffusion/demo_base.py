@@ -18,14 +18,10 @@ whichever process gets there first (it builds in a folder of its own and renames
 
 from __future__ import annotations
 
-import logging
-import shutil
-import uuid
 from pathlib import Path
 
-from aigc.workloads.hf_folder import cache_root
+from aigc.workloads.hf_folder import built_once
 
-log = logging.getLogger(__name__)
 ARCHITECTURES = ("pixel", "latent")
 RESOLUTION = 32
 TEXT_WIDTH = 32
@@ -105,24 +101,10 @@ def build_demo_base(folder: Path, architecture: str = "pixel", seed: int = 0) ->
 
 
 def demo_folder(architecture: str = "pixel") -> Path:
-    """The demo base of ``architecture`` in this machine's cache, built there once: the same seed and pinned packages
-    give every process and host the same files (the fingerprint a model card records lets a server check it holds
-    the base its version was trained from)."""
+    """The demo base of ``architecture`` in this machine's cache, built there once (``hf_folder.built_once``): the
+    fingerprint a model card records lets a server check it holds the base its version was trained from."""
     import diffusers
 
-    folder = cache_root() / f"demo-diffusion-{architecture}-diffusers-{diffusers.__version__}"
-    if (folder / ".complete").exists():
-        return folder
-    staging = cache_root() / f".{folder.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        build_demo_base(staging, architecture)
-        (staging / ".complete").write_text(architecture)
-        try:
-            staging.rename(folder)
-            log.warning("built the demo base pipeline %s in %s: a diffusers pipeline with RANDOM weights (no base "
-                        "was given: set base_model_uri to your pipeline's folder)", architecture, folder)
-        except OSError:  # another process built it first: the same files
-            pass
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+    return built_once(f"demo-diffusion-{architecture}-diffusers-{diffusers.__version__}",
+                      lambda folder: build_demo_base(folder, architecture),
+                      f"the demo base pipeline {architecture} (diffusers)")

@@ -12,15 +12,11 @@ whichever process gets there first (it builds in a folder of its own and renames
 
 from __future__ import annotations
 
-import logging
 import random
-import shutil
-import uuid
 from pathlib import Path
 
-from aigc.workloads.hf_folder import cache_root
+from aigc.workloads.hf_folder import built_once
 
-log = logging.getLogger(__name__)
 VOCAB = 512
 CONTEXT = 1024
 """The demo base's position limit (``max_position_embeddings``): longer prompts keep their last tokens."""
@@ -60,24 +56,9 @@ def build_demo_base(folder: Path, architecture: str = "llama", seed: int = 0) ->
 
 
 def demo_folder(architecture: str = "llama") -> Path:
-    """The demo base of ``architecture`` in this machine's cache, built there once: the same
-    seed and pinned packages give every process and host the same files (the fingerprint a model card records
-    lets a server check it holds the base its version was trained from)."""
+    """The demo base of ``architecture`` in this machine's cache, built there once (``hf_folder.built_once``): the
+    fingerprint a model card records lets a server check it holds the base its version was trained from."""
     import transformers
 
-    folder = cache_root() / f"demo-{architecture}-transformers-{transformers.__version__}"
-    if (folder / ".complete").exists():
-        return folder
-    staging = cache_root() / f".{folder.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        build_demo_base(staging, architecture)
-        (staging / ".complete").write_text(architecture)
-        try:
-            staging.rename(folder)
-            log.warning("built the demo base %s in %s: a %s model with RANDOM weights (no base model was given: "
-                        "set base_model_uri to your model's folder)", architecture, folder, architecture)
-        except OSError:  # another process built it first: the same files
-            pass
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+    return built_once(f"demo-{architecture}-transformers-{transformers.__version__}",
+                      lambda folder: build_demo_base(folder, architecture), f"the demo base {architecture} model")
