@@ -20,11 +20,12 @@ Policies, over the same prompts, greedy (so outputs can be compared):
 * ``ours_judge2``: the same with the core's default of two batches a judgement, which the workload's setting is
   measured against.
 
-Repeats alternate the policies; each cell is the median new tokens/s (min, max); ``agreement`` is the share of
-prompts whose continuation equals ``generate``'s at batch 1. The summary compares each batcher with the best fixed
-policy by median twice: the ratio of medians with the widest range the two ranges allow, and paired by repeat (the
-two ran in the same repeat, minutes apart at most: a slow spell of the host slows both), its median, range and the
-repeats it was faster in. Each other host's latest summary is kept beside this run's. The last line is one JSON
+Repeats alternate the policies, each repeat starting one policy later; each cell is the median new tokens/s (min,
+max); ``agreement`` is the share of prompts whose continuation equals ``generate``'s at batch 1. The summary compares
+each batcher with the best fixed policy by median twice: the ratio of medians with the widest range the two ranges
+allow, and paired by repeat (the two ran in the same repeat, minutes apart at most: a slow spell of the host slows
+both), its median, range and the repeats it was faster in. Each other host's latest summary is kept beside this
+run's. The last line is one JSON
 object, also written to ``bench/results/hf_generate.json``.
 """
 
@@ -160,8 +161,12 @@ def main() -> None:
         times: dict[str, list[float]] = {p: [] for p in policies}
         tokens: dict[str, int] = {}
         agreement: dict[str, float] = {}
-        for _ in range(args.repeats):
-            for name, run in policies.items():  # alternating: every policy once per repeat
+        names = list(policies)
+        for repeat in range(args.repeats):
+            # Every policy once per repeat, each repeat starting one policy later: no policy always runs after the
+            # same one (after the pipeline's batches of 64 long prompts, the allocator's state is another).
+            for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+                run = policies[name]
                 t0 = time.perf_counter()
                 out = run()
                 times[name].append(time.perf_counter() - t0)
