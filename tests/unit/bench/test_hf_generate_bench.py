@@ -22,7 +22,7 @@ def test_the_bench_compares_every_fixed_batch_and_ours_on_the_same_greedy_output
     assert d["other_hosts"] == [{k: v for k, v in elsewhere.items() if k != "rows"}]
     policies = {r["policy"] for r in d["rows"]}
     assert policies == {"ours", "ours_judge2", *(f"generate_b{k}" for k in (1, 4, 16, 64)),
-                        *(f"generate_sorted_b{k}" for k in (1, 4, 8, 16, 32, 64)),
+                        *(f"generate_sorted_b{k}" for k in (1, 4, 8, 16, 32, 64, 128)),
                         *(f"pipeline_b{k}" for k in (4, 16, 64))}
     assert all(r["agreement_with_b1"] == 1.0 and r["repeats"] == 2 and r["range"][0] <= r["tokens_per_s"]
                <= r["range"][1] for r in d["rows"])
