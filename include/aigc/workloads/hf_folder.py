@@ -9,6 +9,7 @@ kept in a lake, and the hashes that pin a folder's files.
   the same bytes from disk; sizes are checked against the listing and the copy is checked like a local folder
   before anything loads it.
 * ``file_hashes``: each layout file's sha256 by its path in the folder (what a model card pins).
+* ``built_once``: a demo base, built once per host in the same cache by whichever process gets there first.
 """
 
 from __future__ import annotations

@@ -87,6 +87,17 @@ def test_a_base_is_refused_where_loading_it_would_run_code_or_need_a_download(tm
     assert check_folder(base) == index  # the copy, mended, is a base again
 
 
+def test_a_unet_that_takes_added_conditions_is_refused_by_name_before_training(pixel_base):
+    """SDXL's UNet also reads pooled text embeddings and the image's size and crop, which fine-tuning does not feed:
+    refused with the reason rather than failing inside the UNet's forward."""
+    from aigc.workloads.hf_diffusion.denoising import Frozen
+
+    pipe = load_pipeline(pixel_base)
+    pipe.unet.register_to_config(addition_embed_type="text_time")
+    with pytest.raises(ValueError, match=r"takes added conditions \('text_time', as IFPipeline's does\)"):
+        Frozen.of(pipe)
+
+
 def test_a_base_in_an_s3_lake_is_copied_with_its_component_folders(s3_server, pixel_base, tmp_path, monkeypatch):
     monkeypatch.setenv("AIGC_HF_CACHE", str(tmp_path / "cache"))
     lake = S3Lake(f"s3://{s3_server.bucket}/diffusion-{tmp_path.name}", s3_server.options())

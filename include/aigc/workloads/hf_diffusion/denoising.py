@@ -36,6 +36,11 @@ class Frozen:
 
     @classmethod
     def of(cls, pipe) -> Frozen:
+        extra = pipe.unet.config.get("addition_embed_type")
+        if extra:  # SDXL's UNet also reads pooled text embeddings and the image's size and crop
+            raise ValueError(f"the base's UNet takes added conditions ({extra!r}, as {type(pipe).__name__}'s does): "
+                             "fine-tuning feeds it the text encoder's hidden states only; a UNet without them is "
+                             "supported (Stable Diffusion 1.x/2.x, IF)")
         prediction = pipe.scheduler.config.get("prediction_type", "epsilon")
         if prediction not in PREDICTION_TYPES:
             raise ValueError(f"the base's scheduler predicts {prediction!r}: fine-tuning knows "
