@@ -68,6 +68,9 @@ def test_a_base_is_refused_where_loading_it_would_run_code_or_need_a_download(tm
             {k: v for k, v in index.items() if k != "unet"})
     refused(r"names a component 'vae' \(AutoencoderKL\) with no folder vae/",
             {**index, "vae": ["diffusers", "AutoencoderKL"]})
+    # Stable Diffusion's safety checker comes from one of diffusers' own pipeline packages: not foreign code.
+    refused(r"names a component 'safety_checker' \(StableDiffusionSafetyChecker\) with no folder",
+            {**index, "safety_checker": ["stable_diffusion", "StableDiffusionSafetyChecker"]})
     weights = base / "unet" / "diffusion_pytorch_model.safetensors"
     weights.rename(base / "unet" / "diffusion_pytorch_model.bin")
     refused(r"unet has no safetensors weights \(only \['diffusion_pytorch_model.bin'\]: pickles")

@@ -5,8 +5,8 @@ A base is named by ``HFDiffusionSettings.base_model_uri``: a folder on this mach
 once into this machine's cache (``hf_folder.materialise``). Before ``diffusers`` sees a folder it is checked here:
 
 * ``model_index.json`` present, naming a pipeline class ``diffusers`` ships (no ``custom_pipeline``) and components
-  from ``diffusers`` or ``transformers`` only (a component of another library would be imported from the folder's
-  own code);
+  from ``diffusers``, ``transformers`` or one of diffusers' own pipeline packages only (a component of another
+  library would be imported from the folder's own code);
 * a conditional UNet (``unet``): the denoiser this workload fine-tunes;
 * every component that has weights (a ``config.json``) has them in safetensors, its config naming no code of its own
   (``auto_map``); a folder with only pickles (``*.bin``) is refused, as loading a pickle runs code;
@@ -61,6 +61,21 @@ def components(index: dict) -> dict[str, tuple[str | None, str | None]]:
             if not name.startswith("_") and isinstance(spec, list) and len(spec) == 2}
 
 
+def shipped_library(lib: str) -> bool:
+    """Whether a component's library is one diffusers loads from what is installed: ``diffusers``, ``transformers``,
+    or one of diffusers' own pipeline packages (Stable Diffusion's safety checker is ``["stable_diffusion",
+    "StableDiffusionSafetyChecker"]``); any other name would be imported from the folder's own code."""
+    if lib in LIBRARIES:
+        return True
+    if not isinstance(lib, str) or not lib.isidentifier():
+        return False
+    import pkgutil
+
+    import diffusers.pipelines
+
+    return lib in {m.name for m in pkgutil.iter_modules(diffusers.pipelines.__path__)}
+
+
 def check_folder(folder: Path, where: str | None = None) -> dict:
     """The folder's ``model_index.json`` once the folder is a loadable pipeline (BaseModelError says why it is not)."""
     where = where or str(folder)
@@ -74,10 +89,11 @@ def check_folder(folder: Path, where: str | None = None) -> dict:
     if not isinstance(pipeline, str) or not pipeline.isidentifier():
         raise BaseModelError(f"{where}/model_index.json names no pipeline class (_class_name: {pipeline!r})")
     parts = components(index)
-    foreign = {name: lib for name, (lib, _) in parts.items() if lib is not None and lib not in LIBRARIES}
+    foreign = {name: lib for name, (lib, _) in parts.items() if lib is not None and not shipped_library(lib)}
     if foreign:
-        raise BaseModelError(f"{where}'s components {foreign} come from libraries other than {list(LIBRARIES)}: "
-                             "loading them would import the folder's own code, which this pipeline refuses")
+        raise BaseModelError(f"{where}'s components {foreign} come from libraries other than {list(LIBRARIES)} "
+                             "and diffusers' pipeline packages: loading them would import the folder's own code, "
+                             "which this pipeline refuses")
     if parts.get(DENOISER, (None, None))[0] is None:
         raise BaseModelError(f"{where} ({pipeline}) has no {DENOISER!r} component: this workload fine-tunes a "
                              "conditional UNet (a transformer-based denoiser is not supported yet)")
