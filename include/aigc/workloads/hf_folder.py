@@ -119,16 +119,18 @@ def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
     return h.hexdigest()
 
 
-def file_hashes(folder: Path, keep: Callable[[str], bool]) -> dict[str, str]:
-    """sha256 of each file under ``folder`` whose path there (``unet/config.json``) ``keep`` names; a file's hash is
-    computed once per size and modification time in a process."""
+def file_hashes(folder: Path, keep: Callable[[str], bool], depth: int = 1) -> dict[str, str]:
+    """sha256 of each file at most ``depth`` levels under ``folder`` whose path there (``unet/config.json``) ``keep``
+    names; a file's hash is computed once per size and modification time in a process. Deeper files are not even
+    listed: a user's folder may hold checkpoints or a repository's history, and serving fingerprints per shard."""
     files = {}
-    for p in sorted(folder.rglob("*")):
-        name = p.relative_to(folder).as_posix()
-        if p.is_file() and keep(name):
-            st = p.stat()
-            files[name] = _file_sha256(str(p), st.st_size, st.st_mtime_ns)
-    return files
+    for level in range(1, depth + 1):
+        for p in folder.glob("/".join(["*"] * level)):
+            name = p.relative_to(folder).as_posix()
+            if p.is_file() and keep(name):
+                st = p.stat()
+                files[name] = _file_sha256(str(p), st.st_size, st.st_mtime_ns)
+    return dict(sorted(files.items()))
 
 
 def fingerprint_of(files: dict[str, str]) -> dict:

@@ -150,7 +150,7 @@ def local_folder(uri: str, demo_architecture: str = "pixel", s3: S3Options | Non
 
 def fingerprint(folder: Path) -> dict:
     """What pins a base: each layout file's sha256 by its path (``unet/config.json``), and one over them all."""
-    return fingerprint_of(file_hashes(folder, in_layout))
+    return fingerprint_of(file_hashes(folder, in_layout, depth=2))  # the index, and a folder per component
 
 
 def load_pipeline(folder: Path, dtype: torch.dtype | None = None):

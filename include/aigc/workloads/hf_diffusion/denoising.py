@@ -58,9 +58,7 @@ class Frozen:
         return self
 
     def tokenize(self, captions: list[str]) -> torch.Tensor:
-        """(B, tokens) ids of the captions, padded and cut to the tokenizer's length, as the pipeline encodes them."""
-        return self.tokenizer(captions, padding="max_length", max_length=self.tokenizer.model_max_length,
-                              truncation=True, return_tensors="pt").input_ids
+        return tokenize(self.tokenizer, captions)
 
     @torch.no_grad()
     def encode_text(self, ids: torch.Tensor) -> torch.Tensor:
@@ -76,6 +74,12 @@ class Frozen:
         config = self.vae.config
         shift = config.get("shift_factor") or 0.0
         return (latents - shift) * config.get("scaling_factor", 1.0)
+
+
+def tokenize(tokenizer, captions: list[str]) -> torch.Tensor:
+    """(B, tokens) ids of the captions, padded and cut to the tokenizer's length, as the pipelines encode them."""
+    return tokenizer(captions, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
+                     return_tensors="pt").input_ids
 
 
 def denoising_loss(unet, frozen: Frozen, pixels: torch.Tensor, ids: torch.Tensor, generator: torch.Generator,

@@ -11,14 +11,13 @@ content, so every evaluation of a run scores the same noise and the losses it lo
 
 from __future__ import annotations
 
-import json
 from functools import cached_property
 
 import torch
 
 from aigc.workload import Loss, TrainingTask
 from aigc.workloads.hf_diffusion.base import DEMO_PREFIX, DENOISER, check_folder, fingerprint, local_folder
-from aigc.workloads.hf_diffusion.denoising import denoising_loss, trainable_unet
+from aigc.workloads.hf_diffusion.denoising import denoising_loss, tokenize, trainable_unet
 from aigc.workloads.image.training import ImageStore
 
 
@@ -42,8 +41,7 @@ class HFDiffusionTrainingTask(TrainingTask):
         return self.model
 
     def batch(self, samples):
-        ids = self.tokenizer([self.captions[int(i)] for i in samples], padding="max_length", truncation=True,
-                             max_length=self.tokenizer.model_max_length, return_tensors="pt").input_ids
+        ids = tokenize(self.tokenizer, [self.captions[int(i)] for i in samples])
         return self.store.images(samples).mul_(2).sub_(1), ids
 
     def loss(self, model, batch, *, train):
@@ -95,5 +93,4 @@ class HFDiffusionTrainingTask(TrainingTask):
     def stats(self):
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad) if self.model else None
         return {"decoded_shards": self.store.decoded_shards, "base_sha256": self.base["sha256"],
-                "pipeline": self.pipeline, "finetune": self.settings.finetune, "trainable_parameters": trainable,
-                "unet_config": json.loads((self.folder / DENOISER / "config.json").read_text()).get("_class_name")}
+                "pipeline": self.pipeline, "finetune": self.settings.finetune, "trainable_parameters": trainable}

@@ -110,7 +110,7 @@ def materialise(source: Lake, where: str) -> Path:
 def fingerprint(folder: Path, tokenizer_only: bool = False) -> dict:
     """What pins a base: each layout file's sha256, and one over them all (the lineage a fine-tuned model records);
     ``tokenizer_only``: the tokenizer's files alone (what serving checks, without reading gigabytes of weights)."""
-    files = file_hashes(folder, lambda name: "/" not in name and bool(LAYOUT.match(name))
+    files = file_hashes(folder, lambda name: bool(LAYOUT.match(name))
                         and (not tokenizer_only or name.startswith(TOKENIZER_PREFIXES)))
     return fingerprint_of(files)
 
