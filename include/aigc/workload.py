@@ -203,6 +203,16 @@ class Workload(ABC):
     # smoke prompts and says which may serve. (The image workload overrides the build with its ONNX variants.)
     variant_kinds: ClassVar[tuple[str, ...]] = ("fp32", "bf16")
     """The variants this workload's models can be built as (others in ``deploy.variants`` are skipped)."""
+    variant_steps: ClassVar[bool] = False
+    """Whether its models serve with a number of denoising steps and a scheduler a variant may name (``bf16-s20``,
+    ``fp32-s8-dpm``: ``aigc.config.variant_names``): a diffusion pipeline's serving choices beside its precision."""
+
+    def builds(self, variant: str) -> bool:
+        """Whether ``deploy.variants``' ``variant`` is one this workload builds."""
+        from aigc.config.variant_names import variant_parts
+
+        encoding, steps, _ = variant_parts(variant)
+        return encoding in self.variant_kinds and (steps is None or self.variant_steps)
 
     def serving(self, card: dict, variant: str, data: bytes, device: torch.device, version: str) -> Serving:
         """A version's variant from its checked bytes and model card, ready to generate."""

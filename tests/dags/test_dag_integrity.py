@@ -87,7 +87,7 @@ def test_the_prompt_files_asset_is_watched_by_the_lake_trigger(dagbag):
     classpath, kwargs = watcher.trigger.serialize()
     assert classpath == "aigc_airflow.triggers.PromptFileTrigger"
     # the deployment's (here: the built-in ones), not a dataset
-    assert set(kwargs["workloads"]) == {"image", "text", "hf-causal-lm"}
+    assert set(kwargs["workloads"]) == {"image", "text", "hf-causal-lm", "hf-diffusion"}
 
 
 @pytest.mark.parametrize("dag_id", ["aigc_pipeline", *STAGE_DAGS])

@@ -181,7 +181,7 @@ def test_the_form_offers_only_what_the_deployment_allows(tmp_path, monkeypatch):
     p = AccessPolicy.deployment(str(tmp_path / "lake"), {"AIGC_ALLOWED_ROOTS": "s3://drops/raw",
                                                          "AIGC_MAX_PREPARE_PARTS": "8"}.get)
     form = params_for("prepare", "generate", policy=p)
-    assert form["workload"].schema["enum"] == ["image", "text", "hf-causal-lm"]
+    assert form["workload"].schema["enum"] == ["image", "text", "hf-causal-lm", "hf-diffusion"]
     assert form["prepare_parts"].schema["maximum"] == 8
     pattern = re.compile(form["raw_uri"].schema["pattern"])
     assert pattern.match("s3://drops/raw/shapes") and pattern.match(str(tmp_path / "lake" / "raw"))

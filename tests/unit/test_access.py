@@ -47,7 +47,7 @@ def test_relative_folders_and_other_schemes_are_refused_and_lake_keys_may_not_cl
 
 def test_a_workload_must_be_built_in_the_default_or_listed(tmp_path):
     p = policy(tmp_path, AIGC_DEFAULT_WORKLOAD="mine")
-    assert p.workloads == ("image", "text", "hf-causal-lm", "mine")
+    assert p.workloads == ("image", "text", "hf-causal-lm", "hf-diffusion", "mine")
     check_request({"workload": "text"}, p)
     with pytest.raises(Refused, match="AIGC_ALLOWED_WORKLOADS") as e:
         check_request({"workload": "evil.module:W"}, p)

@@ -257,3 +257,23 @@ def test_the_cli_offers_the_chosen_workloads_own_flags_and_sets_its_settings_wit
         image.parse_args(["train", "--date", "2026-11-20", "--context", "2048"])
     assert cli._flags_workload(["train", "--workload", "text", "--date", "2026-11-20"]).name == "text"
     assert cli._flags_workload(["train", "--workload", "no_such_pkg:X", "--date", "2026-11-20"]) is None
+
+
+def test_a_variant_may_name_its_denoising_steps_and_scheduler_and_reads_its_encodings_weights():
+    from aigc.config import DeployConfig, GenerateConfig
+    from aigc.config.variant_names import variant_parts
+    from aigc.registry.loader import variant_key
+    from aigc.workloads import load_workload
+
+    assert variant_parts("bf16-s20") == ("bf16", 20, None)
+    assert variant_parts("fp32-s8-dpm") == ("fp32", 8, "dpm") and variant_parts("int8") == ("int8", None, None)
+    assert DeployConfig(variants="fp32,bf16-s20,fp32-s8-ddim").variant_list == ["fp32", "bf16-s20", "fp32-s8-ddim"]
+    assert GenerateConfig(variant="bf16-s20").variant == "bf16-s20"
+    for bad in ("int8-s20", "fp32-s0", "fp32-s20-plms", "fp32-20", "bf16-s20-"):
+        with pytest.raises(ValueError, match=re.escape(repr(bad))):
+            DeployConfig(variants=f"fp32,{bad}")
+    assert variant_key("models/m/v0001", "bf16-s20") == variant_key("models/m/v0001", "bf16")  # stored once
+    assert variant_key("models/m/v0001", "fp32-s8-dpm") == "models/m/v0001/model.safetensors"
+    # Only a workload whose model takes steps builds them; the others skip them (with a warning).
+    assert load_workload("hf-diffusion").builds("bf16-s8-dpm") and not load_workload("hf-diffusion").builds("int8")
+    assert not IMAGE.builds("bf16-s20") and IMAGE.builds("int8")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aigc.config._checks import _check_range
-from aigc.config.variant_names import AUTO, VARIANTS
+from aigc.config.variant_names import AUTO, VARIANTS, is_variant
 from aigc.jsonlines import check_limits
 
 
@@ -17,7 +17,9 @@ class DeployConfig:
     """Comma-separated, of the workload's ``variant_kinds``: fp32 (the baseline, always built), bf16, pruned, int8dyn
     (int8 linear layers, PyTorch's dynamic quantization, CPU) (the core builds these from the state dict), onnx
     (ONNX Runtime fp32), int8 (ONNX Runtime, static post-training quantization), which a workload that exports a
-    graph builds (the image workload's default is fp32, bf16, pruned, onnx and int8)."""
+    graph builds (the image workload's default is fp32, bf16, pruned, onnx and int8); and for a workload that serves
+    with denoising steps (hf-diffusion), an encoding with its steps and scheduler (``bf16-s20``, ``fp32-s8-dpm``:
+    ``config.variant_names``), which reads the encoding's weights."""
     sparsity: float = 0.5
     """Pruned variant: fraction of conv/linear weights set to zero (smallest magnitude first)."""
     smoke_prompts: int = 32
@@ -31,9 +33,11 @@ class DeployConfig:
     """Timed repeats per latency figure; the median is recorded."""
 
     def __post_init__(self) -> None:
-        unknown = set(self.variant_list) - set(VARIANTS)
+        unknown = [v for v in self.variant_list if not is_variant(v)]
         if unknown or not self.variant_list:
-            raise ValueError(f"DeployConfig.variants must list some of {VARIANTS}, got {self.variants!r}")
+            raise ValueError(f"DeployConfig.variants must list some of {VARIANTS} (or, for a workload that serves with "
+                             f"denoising steps, an encoding with steps: bf16-s20, fp32-s8-dpm), got {self.variants!r}: "
+                             f"{unknown} unknown")
         _check_range(self, "sparsity", 0.0, 0.99)
         _check_range(self, "smoke_prompts", 1, 100_000)
         _check_range(self, "calibration_samples", 1, 1_000_000)
@@ -149,8 +153,9 @@ class GenerateConfig:
     max_json_values: int = 1000
 
     def __post_init__(self) -> None:
-        if self.variant not in (AUTO, *VARIANTS):
-            raise ValueError(f"GenerateConfig.variant must be one of {(AUTO, *VARIANTS)}, got {self.variant!r}")
+        if self.variant != AUTO and not is_variant(self.variant):
+            raise ValueError(f"GenerateConfig.variant must be {AUTO!r}, one of {VARIANTS} or an encoding with steps "
+                             f"(bf16-s20, fp32-s8-dpm), got {self.variant!r}")
         _check_range(self, "prompts", 1, 10_000_000)
         _check_range(self, "blocked_prompts", 0, 1_000_000)
         _check_range(self, "shards", 1, 4096)

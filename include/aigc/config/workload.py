@@ -12,7 +12,8 @@ DEFAULT_SETTING = "AIGC_DEFAULT_WORKLOAD"
 """The deployment setting that names the workload to run when none is named (read by the access policy, the trigger
 form and ``aigc.workloads.registry.default_workload``)."""
 BUILT_IN = {"image": "aigc.workloads.image:IMAGE", "text": "aigc.workloads.text:TEXT",
-            "hf-causal-lm": "aigc.workloads.hf_lm:HF_CAUSAL_LM"}
+            "hf-causal-lm": "aigc.workloads.hf_lm:HF_CAUSAL_LM",
+            "hf-diffusion": "aigc.workloads.hf_diffusion:HF_DIFFUSION"}
 """The built-in workloads and where they live (here, not in aigc.workloads, so the access checks that run at DAG
 parse time name them without importing one)."""
 

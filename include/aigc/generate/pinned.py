@@ -38,15 +38,19 @@ class BadPrompts(ValueError):
 @dataclass(frozen=True)
 class PromptOption:
     """A per-prompt setting a prompt-file line may carry (``Workload.prompt_options``): an integer or a number in
-    [lo, hi], or a list of at most ``hi`` strings (stop strings)."""
+    [lo, hi], a string of ``lo`` to ``hi`` characters (a negative prompt), or a list of at most ``hi`` strings (stop
+    strings)."""
 
     kind: str
-    """"integer", "number" or "strings"."""
+    """"integer", "number", "string" or "strings"."""
     lo: float
     hi: float
 
     def check(self, value) -> str | None:
         """None when ``value`` is one; else why not, with the bounds."""
+        if self.kind == "string":
+            ok = isinstance(value, str) and self.lo <= len(value) <= self.hi
+            return None if ok else f"must be a string of {self.lo:g} to {self.hi:g} characters, got {value!r}"
         if self.kind == "strings":
             ok = isinstance(value, list) and len(value) <= self.hi and all(
                 isinstance(v, str) and 0 < len(v) <= 200 for v in value)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from aigc.config.variant_names import AUTO
+from aigc.config.variant_names import AUTO, encoding_of
 from aigc.lake import Lake
 from aigc.lake.keys import join
 from aigc.registry import variants
@@ -17,6 +17,8 @@ CARD = "model.json"
 
 
 def variant_key(version_prefix: str, variant: str) -> str:
+    """Where a variant's weights are: its encoding's (``bf16-s20`` reads ``bf16``'s; fp32's are the version's)."""
+    variant = encoding_of(variant)
     if variant == "fp32":
         return join(version_prefix, "model.safetensors")
     name = "model.onnx" if variant in variants.ONNX_KINDS else "weights.safetensors"

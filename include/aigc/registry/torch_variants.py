@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from aigc.config.variant_names import encoding_of
 from aigc.devices import pick_device
 from aigc.lake import Lake
 from aigc.lake.keys import join
@@ -32,27 +33,30 @@ def build_torch_variants(lake: Lake, model: str, ref: str, cfg, workload) -> dic
     d = cfg.deploy
     registry, record, prefix, card, fp32_bytes = version_inputs(lake, model, ref)
     version = record["version"]
-    kinds = [k for k in d.variant_list if k in workload.variant_kinds and k not in variants.ONNX_KINDS]
+    kinds = [k for k in d.variant_list if workload.builds(k) and k not in variants.ONNX_KINDS]
     skipped = [k for k in d.variant_list if k not in kinds]
     if skipped:
-        log.warning("%s: variant(s) %s not built: workload %r builds %s", model, skipped, workload.name,
-                    [k for k in workload.variant_kinds if k not in variants.ONNX_KINDS])
+        log.warning("%s: variant(s) %s not built: workload %r builds %s%s", model, skipped, workload.name,
+                    [k for k in workload.variant_kinds if k not in variants.ONNX_KINDS],
+                    " with steps (bf16-s20)" if workload.variant_steps else "")
     prompts = workload.smoke_prompts(d.smoke_prompts, d.seed)
     seeds = [d.seed + i for i in range(len(prompts))]
     state = load_safetensors(fp32_bytes)
     device = pick_device()  # timed where they will serve: this worker's GPU on the gpu queue
     servings, built, devices, baseline = {}, {}, {}, None
+    encoded = {"fp32": fp32_bytes}  # by encoding: a variant with steps reads its encoding's weights
     for kind in ["fp32", *[k for k in kinds if k != "fp32"]]:
-        data = fp32_bytes if kind == "fp32" else save_safetensors(variants.encode(kind, state, sparsity=d.sparsity))
-        key = variant_key(prefix, kind)
-        if kind != "fp32":
-            lake.put_bytes(key, data)
+        encoding, key = encoding_of(kind), variant_key(prefix, kind)
+        if encoding not in encoded:
+            encoded[encoding] = save_safetensors(variants.encode(encoding, state, sparsity=d.sparsity))
+            lake.put_bytes(key, encoded[encoding])
+        data = encoded[encoding]
         where = devices[kind] = serving_device(kind, device)
         serving = servings[kind] = workload.serving(card, kind, data, where, version)
         outputs = serving.generate(prompts, seeds)
         baseline = outputs if baseline is None else baseline
         built[kind] = {"variant": kind, "weights": key, "weights_sha256": sha256(data), "size_bytes": len(data),
-                       "size_vs_fp32": round(len(data) / len(fp32_bytes), 4), "compute": variants.COMPUTE[kind],
+                       "size_vs_fp32": round(len(data) / len(fp32_bytes), 4), "compute": variants.COMPUTE[encoding],
                        **workload.measure_variant(outputs, baseline), "smoke_prompts": len(prompts),
                        **serving.divergence(servings["fp32"], prompts, seeds),
                        "prompt_seed": d.seed, "threads": torch.get_num_threads(), "device": str(where)}

@@ -15,7 +15,7 @@ from aigc.workloads.hf_diffusion.base import BaseModelError, check_folder, finge
 
 CAPTION = "a small red circle at the top"
 DATE = "2026-11-20"
-WORKLOAD = "aigc.workloads.hf_diffusion:HF_DIFFUSION"  # not a built-in name until its five stages run
+WORKLOAD = "hf-diffusion"
 
 
 @pytest.fixture(scope="module")
@@ -178,12 +178,17 @@ def test_fine_tuning_lowers_the_denoising_loss_on_the_same_noise(arch, finetune,
             assert torch.allclose(plain(noisy, 500, encoder_hidden_states=context).sample, adapted, atol=1e-4)
 
 
-def test_stages_1_and_2_curate_the_shapes_and_fine_tune_the_demo_pipelines_unet(tmp_path):
-    """Through the stage API the CLI and the DAGs call: the image workload's drop and rules, then the UNet fine-tuned
-    by the DDP core (one rank here; tests/integration runs torchrun), gate 2, and the stages not built yet refused."""
+def test_the_five_stages_fine_tune_register_serve_and_judge_the_demo_pipeline(tmp_path):
+    """Through the stage API the CLI and the DAGs call: the image workload's drop and rules; the UNet fine-tuned by
+    the DDP core (one rank here; the DAG test runs torchrun), gate 2; the version registered with its variants
+    (precision × steps × scheduler, the weights stored once per precision), gate 3; stage 4 by the CLI, each
+    prompt's own guidance and negative prompt, cached; stage 5 by the CLI, the shapes checker judging."""
     from safetensors.torch import load as load_safetensors
 
+    from aigc.cli import main
     from aigc.lake import LocalLake
+    from aigc.registry.loader import load_serving
+    from aigc.registry.store import VersionNotFound
     from aigc.stages import DEPLOY, PREPARE, TRAIN, configure
     from aigc.train import distributed as D
     from aigc.train.loop import train_rank
@@ -210,7 +215,85 @@ def test_stages_1_and_2_curate_the_shapes_and_fine_tune_the_demo_pipelines_unet(
     card = lake.get_json(f"training/hf-diffusion/dt={DATE}/run={summary['run_id']}/model.json")
     assert card["diffusion"]["base"]["sha256"] == fingerprint(base)["sha256"]
     assert card["diffusion"]["base_uri"] == "demo:pixel" and card["diffusion"]["resolution"] == 32
+    assert card["diffusion"]["inference_steps"] == 8  # the smoke preset's: the reference the variants meet
     TRAIN.gate(lake, cfg, summary)  # below the loss of predicting no noise at all
     TRAIN.finish(lake, cfg, summary)
-    with pytest.raises(NotImplementedError, match=r"provides stage\(s\) \['prepare', 'train'\], not 'deploy'"):
-        DEPLOY.register(lake, DATE, cfg)
+
+    # Stage 3: fp32 at the version's 8 steps, and bf16 at 4 steps of DPM-Solver++ reading the bf16 weights.
+    registered = DEPLOY.register(lake, DATE, cfg)
+    version = registered["version"]
+    built = DEPLOY.build(lake, cfg, version)["variants"]
+    assert set(built) == {"fp32", "bf16-s4-dpm"}
+    cheap = built["bf16-s4-dpm"]
+    assert cheap["weights"].endswith(f"{version}/variants/bf16/weights.safetensors")
+    assert cheap["size_vs_fp32"] == pytest.approx(0.5, abs=0.02) and built["fp32"]["pixel_mae_vs_fp32"] == 0.0
+    assert cheap["pixel_mae_vs_fp32"] > 0 and built["fp32"]["image_std"] > 0
+    gate = DEPLOY.gate(lake, cfg, {**registered, "date": DATE})
+    assert gate["success"] and "fp32" in gate["eligible_variants"]
+    bar = {"workload": {"settings": {"max_pixel_mae": cheap["pixel_mae_vs_fp32"] / 2}}}
+    strict = DEPLOY.gate(lake, cfg.override(bar), {**registered, "date": DATE})
+    assert strict["eligible_variants"] == ["fp32"]  # a variant far from the reference's images does not serve
+
+    served = load_serving(lake, "hf-diffusion", "candidate", "bf16-s4-dpm", "cpu", workload.serving)
+    assert (served.steps, served.scheduler, served.dtype) == (4, "DPMSolverMultistepScheduler", torch.bfloat16)
+    with pytest.raises(VersionNotFound, match=r"no 'fp32-s2' variant"):
+        load_serving(lake, "hf-diffusion", "candidate", "fp32-s2", "cpu", workload.serving)
+    serving = load_serving(lake, "hf-diffusion", "candidate", "fp32", "cpu", workload.serving)
+    images = serving.generate([CAPTION, "a large blue square on the left"], [3, 4])
+    assert images.shape == (2, 32, 32, 3) and images.dtype == torch.uint8
+    alone = serving.generate(["a large blue square on the left"], [4])
+    assert (alone[0].int() - images[1].int()).abs().max() <= 1  # an image is its prompt's and seed's, not its batch's
+
+    # A prompt's own guidance and negative prompt: checked when the file is pinned, then served.
+    from aigc.generate import pinned
+
+    lines = [{"prompt_id": "a", "prompt": CAPTION, "seed": 3},
+             {"prompt_id": "b", "prompt": CAPTION, "seed": 3, "guidance_scale": 1.0},
+             {"prompt_id": "c", "prompt": CAPTION, "seed": 3, "negative_prompt": "a red circle"},
+             {"prompt_id": "d", "prompt": CAPTION, "seed": 3, "guidance_scale": -1}]
+    lake.put_bytes("requests/options.jsonl", "".join(json.dumps(x) + "\n" for x in lines).encode())
+    pin = pinned.pin(lake, "requests/options.jsonl", "scratch/options", cfg.generate, 1, workload.prompt_options(cfg))
+    entries = pinned.read_slice(lake, pin["pinned"], pin["slices"][0])
+    assert entries[3]["refused"].startswith("option_invalid: guidance_scale must be a number in [0, 100], got -1")
+    plain, unguided, negative = serving.run([serving.item(e) for e in entries[:3]])
+    assert (plain == images[0].numpy()).all()  # the version's guidance, as generate serves it
+    assert (unguided != plain).any() and (negative != plain).any()
+    assert len({json.dumps(serving.cache_key(e)) for e in entries[:3]}) == 3
+
+    # Stage 4 by the CLI on the demo prompts: every prompt answered once, then from the cache.
+    common = ["--workload", WORKLOAD, "--preset", "smoke", "--lake", lake.uri, "--date", DATE]
+    for attempt in range(2):
+        assert main(["generate", *common, "--demo-prompts", "--model-ref", "candidate"]) == 0
+        manifests = sorted(k for k in lake.list("generations/hf-diffusion") if k.endswith("_MANIFEST.json"))
+        manifest = lake.get_json(manifests[-1])
+        assert manifest["generated"] + manifest["refused"] == manifest["prompts"] and manifest["variant"] == "fp32"
+        assert manifest["generated"] == cfg.generate.prompts  # the demo prompts' blocked ones refused, the rest made
+        rows = lake.read_parquet([k for k in lake.list(manifests[-1].rsplit("/", 1)[0]) if k.endswith(".parquet")],
+                                 columns=["status", "cached"]).to_pylist()
+        assert [r["cached"] for r in rows if r["status"] == "generated"] == [attempt == 1] * manifest["generated"]
+
+    # Stage 5: the shapes checker reads the images (the demo's captions are its grammar); the grid's points are
+    # the eligible variants.
+    assert main(["evaluate", *common]) == 0
+    (metrics_key,) = [k for k in lake.list("evaluations/hf-diffusion") if k.endswith("/metrics.json")]
+    metrics = lake.get_json(metrics_key)
+    assert 0 <= metrics["intervals"]["alignment"]["lo"] <= metrics["intervals"]["alignment"]["hi"] <= 1
+    pareto = lake.get_json(metrics_key.replace("metrics.json", "pareto.json"))
+    assert {p["variant"] for p in pareto["points"]} == set(gate["eligible_variants"])
+
+
+def test_a_variants_scheduler_keeps_a_pixel_bases_clipping_of_its_predicted_image():
+    """DDIM reads the base's clip_sample as DDPM does; DPM-Solver has no clip_sample and clips by thresholding at the
+    clipping range instead (without it a pixel-space model's early predictions come out as noise); a latent base
+    clips nothing, and neither does its swapped scheduler."""
+    from diffusers import DDPMScheduler
+
+    from aigc.workloads.hf_diffusion.serving import SCHEDULERS, swapped
+
+    pixel = DDPMScheduler(beta_schedule="squaredcos_cap_v2", clip_sample=True, clip_sample_range=1.0)
+    dpm = swapped(pixel, SCHEDULERS["dpm"])
+    assert type(dpm).__name__ == "DPMSolverMultistepScheduler" and dpm.config.thresholding
+    assert dpm.config.sample_max_value == 1.0 and dpm.config.beta_schedule == "squaredcos_cap_v2"
+    assert swapped(pixel, SCHEDULERS["ddim"]).config.clip_sample
+    latent = DDPMScheduler(clip_sample=False)
+    assert not swapped(latent, SCHEDULERS["dpm"]).config.thresholding

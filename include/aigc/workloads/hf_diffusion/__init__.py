@@ -20,17 +20,22 @@ class HFDiffusionWorkload(ImageWorkload):
     name = "hf-diffusion"
     settings_class = HFDiffusionSettings
     description = "a Hugging Face diffusers pipeline of yours (a save_pretrained folder), fine-tuned on captions"
-    stages = frozenset({"prepare", "train"})
+    stages = frozenset({"prepare", "train", "deploy", "generate", "evaluate"})
     loss_parts = ()
     loss_title = "fine-tuning: denoising mean squared error"
     _train = ("base_model_uri", "demo_architecture", "finetune", "lora_rank", "lora_alpha", "caption_dropout",
-              "resolution")
+              "resolution", "inference_steps", "guidance_scale")
     cli_settings = {"make-raw": ("resolution",),
                     "prepare": ("resolution", "min_caption_chars", "max_caption_chars", "min_side", "max_side",
                                 "max_image_pixels", "max_image_bytes", "near_dup_image_distance"),
-                    "train": _train}
+                    "train": _train, "deploy": ("max_pixel_mae", "min_image_std"), "generate": ("blank_std",),
+                    "evaluate": ("checker_images", "reference_seeds", "min_checker_accuracy", "max_fid")}
     preload_modules = tuple(f"aigc.workloads.{m}" for m in (
-        "image.rawdrop", "image.records", "hf_diffusion.training", "hf_diffusion.denoising"))
+        "image.rawdrop", "image.records", "hf_diffusion.training", "hf_diffusion.denoising", "hf_diffusion.serving",
+        "image.prompts", "image.gallery", "image.gate", "hf_diffusion.evaluation", "image.report"))
+    # Precision, and the denoising steps and scheduler a variant serves with (bf16-s20, fp32-s8-dpm).
+    variant_kinds = ("fp32", "bf16")
+    variant_steps = True
 
     def config_overrides(self, preset):
         changes = super().config_overrides(preset)
@@ -39,14 +44,66 @@ class HFDiffusionWorkload(ImageWorkload):
         # predict some of the noise. A demo base starts from random weights, above it.
         changes["train_gate"] = {"max_final_val_loss": 1.0}
         changes["train"] = {"batch_size": 16, "lr": 1e-3, "warmup_steps": 10}
+        # The reference (fp32 at the version's steps), bf16, and fewer steps with the base's scheduler and with
+        # DPM-Solver++: points of the quality/cost front stage 5 draws.
+        changes["deploy"] = {"variants": "fp32,bf16,fp32-s8,fp32-s8-dpm,bf16-s8-dpm", "smoke_prompts": 8,
+                             "latency_batch": 8, "latency_repeats": 2}
+        changes["deploy_gate"] = {"max_latency_ms": 10_000.0}  # per image at batch 1: every step is a UNet call
+        changes["generate"] = {"variant": "fp32"}
+        settings = changes.setdefault("workload", {}).setdefault("settings", {})
+        if preset == "demo":
+            # The demo base learns the shapes' look (checker-feature Fréchet distance ~0.7-1.2 after a few hundred
+            # steps, ~2.9 for noise) long before it learns to follow a caption (each attribute near chance after
+            # 1,000 steps on 2 cores: a random text encoder, frozen): the alignment is reported with its interval,
+            # and the bar is the distribution's, not the caption's.
+            changes["train"].update({"steps": 600, "eval_every": 200, "checkpoint_every": 200})
+            settings.update({"inference_steps": 30, "guidance_scale": 3.0, "max_fid": 2.0})
+            changes["deploy"]["variants"] = "fp32,bf16,fp32-s10,fp32-s10-dpm"
+            changes["evaluate"] = {"eval_prompts": 128, "latency_prompts": 8, "latency_rounds": 3, "max_rounds": 1,
+                                   "review_items": 16}
+            changes["evaluate_gate"] = {"min_alignment": 0.0}
         if preset == "smoke":
             changes["train"].update({"steps": 20, "eval_every": 10, "checkpoint_every": 10})
+            changes["deploy"].update({"variants": "fp32,bf16-s4-dpm", "smoke_prompts": 4, "latency_batch": 4,
+                                      "latency_repeats": 1})
+            settings["inference_steps"] = 8
         return changes
 
     def training_task(self, lake, index, cfg):
         from aigc.workloads.hf_diffusion.training import HFDiffusionTrainingTask
 
         return HFDiffusionTrainingTask(lake, index, cfg)
+
+    def serving(self, card, variant, data, device, version):
+        from aigc.workloads.hf_diffusion.serving import DiffusionServing
+
+        return DiffusionServing(card, variant, data, device, version)
+
+    def build_variants(self, lake, model, version, cfg):
+        from aigc.registry.torch_variants import build_torch_variants
+
+        return build_torch_variants(lake, model, version, cfg, self)
+
+    def measure_variant(self, outputs, baseline):
+        from aigc.workloads.image.variants import image_distance
+
+        return image_distance(outputs, baseline)
+
+    def prompt_options(self, cfg):
+        from aigc.generate.pinned import PromptOption
+
+        return {"guidance_scale": PromptOption("number", 0.0, 100.0),
+                "negative_prompt": PromptOption("string", 1, cfg.generate.max_prompt_chars)}
+
+    def shard_model(self, lake, plan, cfg):
+        from aigc.workloads.hf_diffusion.serving import shard_model
+
+        return shard_model(lake, plan, self)
+
+    def judge(self, lake, evaluation, cfg):
+        from aigc.workloads.hf_diffusion.evaluation import DiffusionJudge
+
+        return DiffusionJudge(lake, evaluation, cfg, self)
 
 
 HF_DIFFUSION = HFDiffusionWorkload()

@@ -37,8 +37,20 @@ class HFDiffusionSettings(ImageSettings):
     """The share of training captions replaced by the empty caption, so the model learns the unconditional
     prediction that classifier-free guidance subtracts when it serves."""
 
+    inference_steps: int = 50
+    """Denoising steps the version serves with, with the base's scheduler: the reference every variant with fewer
+    steps or another scheduler (``bf16-s20``, ``fp32-s8-dpm``) is compared with at gate 3 and on the front."""
+    guidance_scale: float = 5.0
+    """Classifier-free guidance (1: none, half the UNet's work); a prompt-file line may set its own."""
+    max_pixel_mae: float = 48.0
+    """Gate 3: a variant's mean absolute difference from the reference's images on the smoke prompts (0-255 levels).
+    Fewer steps or another scheduler draw another image from the same noise, so the bound catches a broken variant
+    (a noise image is ~80 from a picture), not a cheaper one: stage 5 judges those on the front."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_range(self, "inference_steps", 1, 1000)
+        check_range(self, "guidance_scale", 0.0, 100.0)
         if not isinstance(self.base_model_uri, str) or len(self.base_model_uri) > 1000:
             raise ValueError(f"HFDiffusionSettings.base_model_uri must be a folder or lake URI (a string of at most "
                              f"1000 characters), got {self.base_model_uri!r}")

@@ -28,6 +28,8 @@ TEXT_WIDTH = 32
 MAX_TOKENS = 77
 """CLIP's prompt length: what the pipelines pad and cut prompts to."""
 BOS, EOS = "<|startoftext|>", "<|endoftext|>"
+LAYOUT_VERSION = "v2"
+"""Part of a demo base's cache folder's name: a changed config here builds a new base, not reuses an older one."""
 
 
 def _captions(n: int = 2000, seed: int = 0) -> list[str]:
@@ -82,7 +84,10 @@ def build_demo_base(folder: Path, architecture: str = "pixel", seed: int = 0) ->
         sample_size=RESOLUTION if pixel else RESOLUTION // 2, in_channels=channels,
         out_channels=2 * channels if pixel else channels, layers_per_block=1, block_out_channels=(32, 64),
         norm_num_groups=8, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=TEXT_WIDTH, attention_head_dim=8)
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=TEXT_WIDTH, attention_head_dim=8,
+        # As IF's UNet: the text's pooled embedding joins the timestep's, reaching every block (the cross-attention
+        # reaches the second level only), so colour, size and place condition the whole image from the first steps.
+        addition_embed_type="text", addition_embed_type_num_heads=4)
     scheduler = DDPMScheduler(num_train_timesteps=1000, beta_schedule="squaredcos_cap_v2", variance_type="fixed_small",
                               clip_sample=pixel, steps_offset=1)
     if pixel:
@@ -105,6 +110,6 @@ def demo_folder(architecture: str = "pixel") -> Path:
     fingerprint a model card records lets a server check it holds the base its version was trained from."""
     import diffusers
 
-    return built_once(f"demo-diffusion-{architecture}-diffusers-{diffusers.__version__}",
+    return built_once(f"demo-diffusion-{architecture}-{LAYOUT_VERSION}-diffusers-{diffusers.__version__}",
                       lambda folder: build_demo_base(folder, architecture),
                       f"the demo base pipeline {architecture} (diffusers)")

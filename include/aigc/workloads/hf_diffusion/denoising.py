@@ -33,14 +33,19 @@ class Frozen:
     text_encoder: torch.nn.Module
     vae: torch.nn.Module | None
     scheduler: object
+    masked: bool = False
+    """Whether the pipeline passes the tokenizer's attention mask to its text encoder (IF's does; Stable
+    Diffusion's where the encoder's config says ``use_attention_mask``): the padding positions' states, which the
+    UNet attends to, differ with it, so fine-tuning encodes as the pipeline will serve (``matching_mask``)."""
 
     @classmethod
     def of(cls, pipe) -> Frozen:
         extra = pipe.unet.config.get("addition_embed_type")
-        if extra:  # SDXL's UNet also reads pooled text embeddings and the image's size and crop
+        if extra not in (None, "text"):  # SDXL's UNet also reads pooled text embeddings and the image's size and crop
             raise ValueError(f"the base's UNet takes added conditions ({extra!r}, as {type(pipe).__name__}'s does): "
-                             "fine-tuning feeds it the text encoder's hidden states only; a UNet without them is "
-                             "supported (Stable Diffusion 1.x/2.x, IF)")
+                             "fine-tuning feeds it the text encoder's hidden states only; a UNet that needs no more "
+                             "is supported (Stable Diffusion 1.x/2.x; IF, whose pooled text embedding it computes "
+                             "from those states)")
         prediction = pipe.scheduler.config.get("prediction_type", "epsilon")
         if prediction not in PREDICTION_TYPES:
             raise ValueError(f"the base's scheduler predicts {prediction!r}: fine-tuning knows "
@@ -49,7 +54,29 @@ class Frozen:
         for part in (pipe.text_encoder, vae):
             if part is not None:
                 part.requires_grad_(False).eval()
-        return cls(pipe.tokenizer, pipe.text_encoder, vae, pipe.scheduler)
+        frozen = cls(pipe.tokenizer, pipe.text_encoder, vae, pipe.scheduler)
+        frozen.masked = frozen.matching_mask(pipe)
+        return frozen
+
+    @torch.no_grad()
+    def matching_mask(self, pipe) -> bool:
+        """Whether the pipeline's own ``encode_prompt`` uses the attention mask, read from what it returns for a
+        caption and the empty caption (classifier-free guidance's); ValueError where neither way reproduces it."""
+        import inspect
+
+        probe = ["a small red circle at the top", ""]
+        extra = {"clean_caption": False} if "clean_caption" in inspect.signature(pipe.encode_prompt).parameters \
+            else {}
+        theirs = pipe.encode_prompt(prompt=probe, device=torch.device("cpu"), num_images_per_prompt=1,
+                                    do_classifier_free_guidance=False, **extra)[0]
+        tokens = self.tokenize(probe)
+        for masked in (False, True):
+            self.masked = masked
+            if torch.allclose(self.encode_text(tokens), theirs, atol=1e-5):
+                return masked
+        raise ValueError(f"{type(pipe).__name__}.encode_prompt encodes captions otherwise than its tokenizer and text "
+                         "encoder do with or without the attention mask (a clip_skip, a prompt template?): "
+                         "fine-tuning would condition the UNet on other states than serving gives it")
 
     def to(self, device: torch.device) -> Frozen:
         self.text_encoder.to(device)
@@ -61,9 +88,12 @@ class Frozen:
         return tokenize(self.tokenizer, captions)
 
     @torch.no_grad()
-    def encode_text(self, ids: torch.Tensor) -> torch.Tensor:
-        """(B, tokens, width): the encoder's last hidden states of the captions' ids."""
-        return self.text_encoder(ids.to(next(self.text_encoder.parameters()).device), return_dict=False)[0]
+    def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, tokens, width): the encoder's last hidden states of the captions' ids (``tokenize``), under their
+        attention mask where the pipeline passes it."""
+        device = next(self.text_encoder.parameters()).device
+        ids, mask = tokens.to(device).unbind(1)
+        return self.text_encoder(ids, attention_mask=mask if self.masked else None, return_dict=False)[0]
 
     @torch.no_grad()
     def encode_pictures(self, pixels: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -77,19 +107,22 @@ class Frozen:
 
 
 def tokenize(tokenizer, captions: list[str]) -> torch.Tensor:
-    """(B, tokens) ids of the captions, padded and cut to the tokenizer's length, as the pipelines encode them."""
-    return tokenizer(captions, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
-                     return_tensors="pt").input_ids
+    """(B, 2, tokens): the captions' ids and attention mask, padded and cut to the tokenizer's length, as the
+    pipelines tokenize them."""
+    t = tokenizer(captions, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
+                  return_tensors="pt")
+    return torch.stack([t.input_ids, t.attention_mask], dim=1)
 
 
 def denoising_loss(unet, frozen: Frozen, pixels: torch.Tensor, ids: torch.Tensor, generator: torch.Generator,
                    caption_dropout: float = 0.0) -> torch.Tensor:
     """The mean squared error of ``unet``'s prediction for ``pixels`` (B, 3, H, W in [-1, 1]) captioned by ``ids``
-    (``Frozen.tokenize``), at one random timestep each. ``unet`` may be DDP-wrapped: it is called, not reached into."""
+    (``Frozen.tokenize``: ids and mask), at one random timestep each. ``unet`` may be DDP-wrapped: it is called,
+    not reached into."""
     device = pixels.device
     if caption_dropout > 0:
         dropped = torch.rand(len(ids), generator=generator) < caption_dropout
-        ids = torch.where(dropped[:, None], frozen.tokenize([""]).expand_as(ids), ids)
+        ids = torch.where(dropped[:, None, None], frozen.tokenize([""]).expand_as(ids), ids)
     context = frozen.encode_text(ids)
     clean = frozen.encode_pictures(pixels, generator)
     scheduler = frozen.scheduler

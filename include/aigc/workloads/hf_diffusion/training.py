@@ -76,7 +76,8 @@ class HFDiffusionTrainingTask(TrainingTask):
         s = self.settings
         return {"diffusion": {"base_uri": s.base_model_uri or f"{DEMO_PREFIX}{s.demo_architecture}",
                               "base": self.base, "pipeline": self.pipeline, "resolution": s.resolution,
-                              "finetune": s.finetune}}
+                              "finetune": s.finetune, "inference_steps": s.inference_steps,
+                              "guidance_scale": s.guidance_scale}}
 
     def files(self):
         # The UNet's config beside its weights: the run's folder (and the registry's version) loads with

@@ -19,6 +19,7 @@ from aigc.registry import variants
 from aigc.registry.deploy import latencies, version_inputs
 from aigc.registry.loader import serving_device, variant_key
 from aigc.registry.store import sha256
+from aigc.workloads.image import IMAGE
 from aigc.workloads.image.onnx_export import export_onnx, quantize_int8
 from aigc.workloads.image.serving import Generator, build_model, runner_for
 from aigc.workloads.image.tokenizer import Vocab
@@ -31,6 +32,16 @@ def smoke_prompts(n: int, seed: int) -> tuple[list[str], list[int]]:
     """A fixed, seeded prompt set from the reference grammar, with one generation seed per prompt."""
     rng = random.Random(seed)
     return [random_scene(rng).caption for _ in range(n)], [seed + i for i in range(n)]
+
+
+def image_distance(images: torch.Tensor, baseline: torch.Tensor) -> dict:
+    """A variant's images (N, R, R, 3, 0-255) against fp32's on the same prompts and seeds: mean absolute
+    difference, PSNR, and their spread (a flat image has none)."""
+    images, baseline = images.float(), baseline.float()
+    mse = float(((images - baseline) ** 2).mean())
+    return {"pixel_mae_vs_fp32": round(float((images - baseline).abs().mean()), 4),
+            "psnr_db_vs_fp32": round(10 * math.log10(255**2 / mse), 2) if mse > 0 else None,
+            "image_std": round(float(images.flatten(1).std(dim=1).mean()), 3)}
 
 
 def _calibration_captions(lake: Lake, card: dict, record: dict, cfg: DeployConfig) -> list[str]:
@@ -64,15 +75,12 @@ def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig) -> dict:
         runner, vocab, model_cfg, dtype = runner_for(card, kind, data, on)
         gen = generators[kind] = Generator(runner, vocab, model_cfg, version=version, variant=kind, device=on,
                                            dtype=dtype)
-        images = gen.generate(prompts, seeds).float()  # (N, R, R, 3)
+        images = gen.generate(prompts, seeds)  # (N, R, R, 3)
         baseline = images if baseline is None else baseline
-        mse = float(((images - baseline) ** 2).mean())
         built[kind] = {
             "variant": kind, "weights": key, "weights_sha256": sha256(data), "size_bytes": len(data),
             "size_vs_fp32": round(len(data) / len(fp32_bytes), 4), "compute": variants.COMPUTE[kind],
-            "pixel_mae_vs_fp32": round(float((images - baseline).abs().mean()), 4),
-            "psnr_db_vs_fp32": round(10 * math.log10(255**2 / mse), 2) if mse > 0 else None,
-            "image_std": round(float(images.flatten(1).std(dim=1).mean()), 3),
+            **image_distance(images, baseline),
             "sparsity": None if kind in variants.ONNX_KINDS else round(variants.sparsity_of(runner.state_dict()), 4),
             "smoke_prompts": cfg.smoke_prompts, "prompt_seed": cfg.seed, "threads": torch.get_num_threads(),
             "device": str(on),
@@ -96,7 +104,9 @@ def _variant_bytes(lake: Lake, card: dict, record: dict, fp32_bytes: bytes, prom
     state = load_safetensors(fp32_bytes)
     onnx_fp32 = None
     for kind in cfg.variant_list:
-        if kind == "fp32":
+        if not IMAGE.builds(kind):
+            log.warning("variant %s not built: the image workload builds %s", kind, IMAGE.variant_kinds)
+        elif kind == "fp32":
             yield kind, fp32_bytes
         elif kind in variants.ONNX_KINDS:
             if onnx_fp32 is None:
