@@ -37,7 +37,7 @@ $(foreach setting,$(AIRFLOW_SETTINGS),$(eval export $(subst =, ?= ,$(setting))))
 .PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full bench-gpu lint clean secrets
 
 help:
-	@echo "make demo     - set up, then run the pipeline DAG for $(DEMO_DATE) on the local lake (WORKLOAD=text: the text workload; WORKLOAD=hf-causal-lm [HF_MODEL=folder]: a transformers model)"
+	@echo "make demo     - set up, then run the pipeline DAG for $(DEMO_DATE) on the local lake (WORKLOAD=text: the text workload; WORKLOAD=hf-causal-lm or hf-diffusion [HF_MODEL=folder]: a transformers model or diffusers pipeline)"
 	@echo "make test     - set up, then the whole test suite (unit, DAG, S3 server, end to end)"
 	@echo "make test-reliability - the fault-injection suite alone (S3 faults through a proxy, lost replies)"
 	@echo "make airflow  - the Airflow UI on http://127.0.0.1:$(AIRFLOW__API__PORT) (login printed)"
@@ -73,7 +73,8 @@ install: $(AIRFLOW_HOME)/.pools
 # WORKLOAD=text: the text workload's five stages instead of the image workload's.
 WORKLOAD ?= image
 # WORKLOAD=hf-causal-lm HF_MODEL=<folder or lake URI>: your transformers model (save_pretrained layout) as the base;
-# without HF_MODEL, a small demo base with random weights (docs/hf-causal-lm.md).
+# WORKLOAD=hf-diffusion HF_MODEL=<folder or lake URI>: your diffusers pipeline (save_pretrained layout);
+# without HF_MODEL, a small demo base with random weights (docs/hf-causal-lm.md, docs/hf-diffusion.md).
 HF_MODEL ?=
 demo: install
 	$(BIN)/python -m aigc.devtools.demo --date $(DEMO_DATE) --workload $(WORKLOAD) --log $(AIRFLOW_HOME)/demo.log \

@@ -71,6 +71,7 @@ SCRIPTS: list[Bench] = [
           gpu=("--workloads", "gpu", "--attention-items", "20000")),
     Bench("long_prompts_bench.py", ("--prompts", "16", "32", "--models", "text", "hf-causal-lm")),
     Bench("hf_generate_bench.py", ("--prompts", "64", "256", "1024")),
+    Bench("hf_diffusion_bench.py", ("--prompts", "32", "128")),
     # The standard profile takes the demo model the project ships (the demo chain's own, registered and deployed
     # here in seconds; training one took most of B6's two minutes); the full one trains the demo's. The GPU one
     # trains on CUDA, in its own model folder: a model deployed by a CPU run names CPU devices for its variants.

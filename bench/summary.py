@@ -204,6 +204,23 @@ def hf_generate_rows(d) -> list[list]:
     return rows
 
 
+def hf_diffusion_rows(d) -> list[list]:
+    rows = []
+    what = (f"our batcher vs diffusers' pipeline call at the best fixed batch in hindsight ({{best}}), "
+            f"{d['steps']} steps of {d['scheduler']}, guidance {d['guidance']:g}, images/s")
+    for r in d["summary"]:
+        ours = next(x for x in d["rows"] if x["prompts"] == r["prompts"] and x["policy"] == "ours")
+        rows.append(["42 hf-diffusion generation", what.format(best=r["best_fixed"]), f"{r['prompts']} prompts",
+                     r["repeats"], f"{_versus_best(r, 'ours')}; images within a grey level of batch 1's: "
+                     f"{ours['agreement_with_b1']:.0%}", ">= 1.0x", _verdict(r["ours_vs_best_fixed"] >= 1.0)])
+    for other in d.get("other_hosts", []):
+        for r in other["summary"]:
+            rows.append(["42 hf-diffusion generation", f"our batcher vs the best fixed batch ({r['best_fixed']}), "
+                         f"on another host: {provenance_of(other)}", f"{r['prompts']} prompts", r["repeats"],
+                         _versus_best(r, "ours"), ">= 1.0x", _verdict(r["ours_vs_best_fixed"] >= 1.0)])
+    return rows
+
+
 def pipeline_rows(d) -> list[list]:
     rows, s = [], d["summary"]
     for mode in ("dags-test", "scheduler"):
@@ -314,6 +331,7 @@ SOURCES: list[tuple[str, str, Callable[[dict], list[list]]]] = [
     ("long_prompts.json", "B1 long prompts", long_prompt_rows),
     ("long_prompts_hf.json", "41 hf-causal-lm long prompts", long_prompt_rows),
     ("hf_generate.json", "41 hf-causal-lm generation", hf_generate_rows),
+    ("hf_diffusion.json", "42 hf-diffusion generation", hf_diffusion_rows),
     ("balance.json", "B3 balance", balance_rows),
     ("train.json", "B5 DDP", ddp_rows),
     ("variants.json", "B6 variants", variants_rows),

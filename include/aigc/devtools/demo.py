@@ -107,8 +107,9 @@ def main() -> int:
     ap.add_argument("--log", type=Path, required=True, help="the full task log")
     ap.add_argument("--preset", default="demo")
     ap.add_argument("--workload", required=True, help="image or text (the Makefile's WORKLOAD), or any workload's name")
-    ap.add_argument("--base-model", default="", help="the hf-causal-lm workload's base: a save_pretrained folder or "
-                                                     "lake URI (the Makefile's HF_MODEL); empty: its demo base")
+    ap.add_argument("--base-model", default="", help="the hf-causal-lm or hf-diffusion workload's base: a "
+                                                     "save_pretrained folder or lake URI (the Makefile's HF_MODEL); "
+                                                     "empty: its demo base")
     args = ap.parse_args()
     env = dict(os.environ)
     conf = {"preset": args.preset, "workload": args.workload}

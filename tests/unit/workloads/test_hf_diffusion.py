@@ -178,27 +178,32 @@ def test_fine_tuning_lowers_the_denoising_loss_on_the_same_noise(arch, finetune,
             assert torch.allclose(plain(noisy, 500, encoder_hidden_states=context).sample, adapted, atol=1e-4)
 
 
-def test_the_five_stages_fine_tune_register_serve_and_judge_the_demo_pipeline(tmp_path):
+@pytest.mark.parametrize("arch", ["pixel", "latent"])
+def test_the_five_stages_fine_tune_register_serve_and_judge_a_pipeline(tmp_path, arch):
     """Through the stage API the CLI and the DAGs call: the image workload's drop and rules; the UNet fine-tuned by
     the DDP core (one rank here; the DAG test runs torchrun), gate 2; the version registered with its variants
     (precision × steps × scheduler, the weights stored once per precision), gate 3; stage 4 by the CLI, each
-    prompt's own guidance and negative prompt, cached; stage 5 by the CLI, the shapes checker judging."""
+    prompt's own guidance and negative prompt, cached; stage 5 by the CLI, the shapes checker judging. The pixel
+    demo base (IF), and a folder of another configuration (Stable Diffusion's layout: an autoencoder, latents) given
+    as the base, as a user's is, with no code of its own."""
     from safetensors.torch import load as load_safetensors
 
     from aigc.cli import main
     from aigc.lake import LocalLake
-    from aigc.registry.loader import load_serving
-    from aigc.registry.store import VersionNotFound
     from aigc.stages import DEPLOY, PREPARE, TRAIN, configure
     from aigc.train import distributed as D
     from aigc.train.loop import train_rank
     from aigc.workloads import load_workload
 
     torch.set_num_threads(1)
+    base = local_folder("", arch)
+    if arch == "latent":  # a user's folder: copied out of the cache, named by its path
+        base = shutil.copytree(base, tmp_path / "my-pipeline")
     cfg = configure("smoke", WORKLOAD).override({
         "prepare": {"workers": 1}, "raw": {"n": 80}, "curated_gate": {"min_rows": 40},
         "train": {"steps": 12, "eval_every": 6, "checkpoint_every": 6, "batch_size": 8, "warmup_steps": 2,
-                  "nproc": 1, "threads": 1}})
+                  "nproc": 1, "threads": 1},
+        "workload": {"settings": {"base_model_uri": str(base) if arch == "latent" else ""}}})
     workload = load_workload(WORKLOAD)
     lake = LocalLake(tmp_path / "lake")
     raw = lake.sub("raw/shapes")
@@ -208,13 +213,14 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_the_demo_pipeline(tm
     solo = D.Dist(rank=0, world=1, local_rank=0, local_world=1, device=torch.device("cpu"), backend=None)
     summary = train_rank(lake, DATE, cfg, "20261120T000000000000Z-diffusion", solo, workload)
     assert summary["steps"] == 12 and summary["final_val_loss"] < summary["initial_val_loss"]
-    assert summary["pipeline"] == "IFPipeline" and summary["trainable_parameters"] == summary["parameters"]
-    base = local_folder("", "pixel")
+    assert summary["pipeline"] == ("IFPipeline" if arch == "pixel" else "StableDiffusionPipeline")
+    assert summary["trainable_parameters"] == summary["parameters"]
     saved = load_safetensors(lake.get_bytes(summary["weights_uri"].split(lake.uri.rstrip("/") + "/", 1)[1]))
     assert set(saved) == set(load_pipeline(base).unet.state_dict())  # a UNet folder's names, as the base has them
     card = lake.get_json(f"training/hf-diffusion/dt={DATE}/run={summary['run_id']}/model.json")
     assert card["diffusion"]["base"]["sha256"] == fingerprint(base)["sha256"]
-    assert card["diffusion"]["base_uri"] == "demo:pixel" and card["diffusion"]["resolution"] == 32
+    assert card["diffusion"]["base_uri"] == ("demo:pixel" if arch == "pixel" else str(base))
+    assert card["diffusion"]["resolution"] == 32
     assert card["diffusion"]["inference_steps"] == 8  # the smoke preset's: the reference the variants meet
     TRAIN.gate(lake, cfg, summary)  # below the loss of predicting no noise at all
     TRAIN.finish(lake, cfg, summary)
@@ -228,37 +234,14 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_the_demo_pipeline(tm
     assert cheap["weights"].endswith(f"{version}/variants/bf16/weights.safetensors")
     assert cheap["size_vs_fp32"] == pytest.approx(0.5, abs=0.02) and built["fp32"]["pixel_mae_vs_fp32"] == 0.0
     assert cheap["pixel_mae_vs_fp32"] > 0 and built["fp32"]["image_std"] > 0
-    gate = DEPLOY.gate(lake, cfg, {**registered, "date": DATE})
-    assert gate["success"] and "fp32" in gate["eligible_variants"]
     bar = {"workload": {"settings": {"max_pixel_mae": cheap["pixel_mae_vs_fp32"] / 2}}}
     strict = DEPLOY.gate(lake, cfg.override(bar), {**registered, "date": DATE})
     assert strict["eligible_variants"] == ["fp32"]  # a variant far from the reference's images does not serve
+    gate = DEPLOY.gate(lake, cfg, {**registered, "date": DATE})  # the preset's bar: what stages 4 and 5 read
+    assert gate["success"] and "fp32" in gate["eligible_variants"]
 
-    served = load_serving(lake, "hf-diffusion", "candidate", "bf16-s4-dpm", "cpu", workload.serving)
-    assert (served.steps, served.scheduler, served.dtype) == (4, "DPMSolverMultistepScheduler", torch.bfloat16)
-    with pytest.raises(VersionNotFound, match=r"no 'fp32-s2' variant"):
-        load_serving(lake, "hf-diffusion", "candidate", "fp32-s2", "cpu", workload.serving)
-    serving = load_serving(lake, "hf-diffusion", "candidate", "fp32", "cpu", workload.serving)
-    images = serving.generate([CAPTION, "a large blue square on the left"], [3, 4])
-    assert images.shape == (2, 32, 32, 3) and images.dtype == torch.uint8
-    alone = serving.generate(["a large blue square on the left"], [4])
-    assert (alone[0].int() - images[1].int()).abs().max() <= 1  # an image is its prompt's and seed's, not its batch's
-
-    # A prompt's own guidance and negative prompt: checked when the file is pinned, then served.
-    from aigc.generate import pinned
-
-    lines = [{"prompt_id": "a", "prompt": CAPTION, "seed": 3},
-             {"prompt_id": "b", "prompt": CAPTION, "seed": 3, "guidance_scale": 1.0},
-             {"prompt_id": "c", "prompt": CAPTION, "seed": 3, "negative_prompt": "a red circle"},
-             {"prompt_id": "d", "prompt": CAPTION, "seed": 3, "guidance_scale": -1}]
-    lake.put_bytes("requests/options.jsonl", "".join(json.dumps(x) + "\n" for x in lines).encode())
-    pin = pinned.pin(lake, "requests/options.jsonl", "scratch/options", cfg.generate, 1, workload.prompt_options(cfg))
-    entries = pinned.read_slice(lake, pin["pinned"], pin["slices"][0])
-    assert entries[3]["refused"].startswith("option_invalid: guidance_scale must be a number in [0, 100], got -1")
-    plain, unguided, negative = serving.run([serving.item(e) for e in entries[:3]])
-    assert (plain == images[0].numpy()).all()  # the version's guidance, as generate serves it
-    assert (unguided != plain).any() and (negative != plain).any()
-    assert len({json.dumps(serving.cache_key(e)) for e in entries[:3]}) == 3
+    if arch == "pixel":  # the serving's, the same for every base: once
+        served_as_asked(lake, workload, cfg)
 
     # Stage 4 by the CLI on the demo prompts: every prompt answered once, then from the cache.
     common = ["--workload", WORKLOAD, "--preset", "smoke", "--lake", lake.uri, "--date", DATE]
@@ -297,3 +280,65 @@ def test_a_variants_scheduler_keeps_a_pixel_bases_clipping_of_its_predicted_imag
     assert swapped(pixel, SCHEDULERS["ddim"]).config.clip_sample
     latent = DDPMScheduler(clip_sample=False)
     assert not swapped(latent, SCHEDULERS["dpm"]).config.thresholding
+
+
+def served_as_asked(lake, workload, cfg):
+    """A variant serves with its own precision, steps and scheduler; a variant not built is refused by name; an
+    image is its prompt's and seed's whatever the batch; a prompt's own guidance and negative prompt are checked when
+    pinned, then served."""
+    from aigc.generate import pinned
+    from aigc.registry.loader import load_serving
+    from aigc.registry.store import VersionNotFound
+
+    served = load_serving(lake, "hf-diffusion", "candidate", "bf16-s4-dpm", "cpu", workload.serving)
+    assert (served.steps, served.scheduler, served.dtype) == (4, "DPMSolverMultistepScheduler", torch.bfloat16)
+    with pytest.raises(VersionNotFound, match=r"no 'fp32-s2' variant"):
+        load_serving(lake, "hf-diffusion", "candidate", "fp32-s2", "cpu", workload.serving)
+    serving = load_serving(lake, "hf-diffusion", "candidate", "fp32", "cpu", workload.serving)
+    images = serving.generate([CAPTION, "a large blue square on the left"], [3, 4])
+    assert images.shape == (2, 32, 32, 3) and images.dtype == torch.uint8
+    alone = serving.generate(["a large blue square on the left"], [4])
+    assert (alone[0].int() - images[1].int()).abs().max() <= 1  # an image is its prompt's and seed's, not its batch's
+
+    # A prompt's own guidance and negative prompt: checked when the file is pinned, then served.
+    lines = [{"prompt_id": "a", "prompt": CAPTION, "seed": 3},
+             {"prompt_id": "b", "prompt": CAPTION, "seed": 3, "guidance_scale": 1.0},
+             {"prompt_id": "c", "prompt": CAPTION, "seed": 3, "negative_prompt": "a red circle"},
+             {"prompt_id": "d", "prompt": CAPTION, "seed": 3, "guidance_scale": -1}]
+    lake.put_bytes("requests/options.jsonl", "".join(json.dumps(x) + "\n" for x in lines).encode())
+    pin = pinned.pin(lake, "requests/options.jsonl", "scratch/options", cfg.generate, 1, workload.prompt_options(cfg))
+    entries = pinned.read_slice(lake, pin["pinned"], pin["slices"][0])
+    assert entries[3]["refused"].startswith("option_invalid: guidance_scale must be a number in [0, 100], got -1")
+    plain, unguided, negative = serving.run([serving.item(e) for e in entries[:3]])
+    assert (plain == images[0].numpy()).all()  # the version's guidance, as generate serves it
+    assert (unguided != plain).any() and (negative != plain).any()
+    assert len({json.dumps(serving.cache_key(e)) for e in entries[:3]}) == 3
+
+
+
+@pytest.mark.parametrize("arch", ["pixel", "latent"])
+def test_the_memory_model_from_the_unets_config_bounds_a_batchs_measured_peak(arch):
+    """The batcher's prior (``DiffusionServing.memory``: the kept feature maps, the widest attention level's scores,
+    classifier-free guidance's doubling, the autoencoder's decoding) against the peak a batch of 32 measures: above
+    it (a first batch sized by it fits), and within 2x (the batch is not held far below what fits until measured
+    peaks re-fit it). Leaving out the attention scores measured 4.5x above the prior on the pixel base."""
+    from safetensors.torch import save
+
+    from aigc.batching.peaks import CpuPeaks
+    from aigc.registry.variants import unshared
+    from aigc.workloads.hf_diffusion.serving import DiffusionServing
+
+    folder = local_folder("", arch)
+    card = {"diffusion": {"base_uri": f"demo:{arch}", "base": fingerprint(folder), "resolution": 32,
+                          "inference_steps": 1, "guidance_scale": 3.0}}
+    weights = save(unshared(load_pipeline(folder).unet.state_dict()))
+    serving = DiffusionServing(card, "fp32", weights, torch.device("cpu"), "test")
+    items = [serving.item({"prompt": CAPTION, "seed": i}) for i in range(32)]
+    meter = CpuPeaks()
+    with meter.measuring():
+        serving.run(items)
+    predicted = serving.memory().predict([0] * len(items))
+    assert meter.peak() < predicted < 2 * meter.peak()
+    serving.guidance = 1.0  # no guidance: one UNet pass per image, not two (the latent base's peak is its decoding)
+    unguided = serving.memory().predict([0] * len(items))
+    assert unguided < predicted if arch == "pixel" else unguided == predicted

@@ -140,21 +140,39 @@ class DiffusionServing(Serving):
                                                                                              strict=True)]))
 
     def memory(self):
-        """The batcher's memory model of a batch of images, from the UNet's config: an image's activations are its
-        sample (latent or pixel) channels × positions at every level of the UNet (each level's channels at its
-        downsampled size), twice under classifier-free guidance; the element size of the variant's dtype. The
-        weights are held whatever the batch. Re-fitted from measured peaks (``aigc.batching``)."""
+        """The batcher's memory model of a batch of images, from the UNet's config, in the variant's element size:
+        per image, the feature maps the down path keeps for the up path (each level's channels × positions × its
+        layers and its output) and the largest transient on top, the self-attention scores of the widest attention
+        level (heads × positions², as PyTorch's math attention materialises them) or a few feature maps; twice under
+        classifier-free guidance; or, where it is larger, the autoencoder's decoding at full resolution. The weights
+        are held whatever the batch. Re-fitted from measured peaks (``aigc.batching``): a memory-efficient attention
+        kernel measures lower, and the batch grows."""
         from aigc.batching import MemoryModel
 
         c = self.pipe.unet.config
         side = int(c.sample_size if isinstance(c.sample_size, int) else max(c.sample_size))
-        per_image = sum(ch * (side // 2**level) ** 2 for level, ch in enumerate(c.block_out_channels))
-        per_image *= 2 * (c.layers_per_block if isinstance(c.layers_per_block, int) else max(c.layers_per_block))
-        if self.guidance > 1:
-            per_image *= 2
+        levels = len(c.block_out_channels)
+        layers = _per_level(c.layers_per_block, levels)
+        heads = _per_level(c.num_attention_heads or c.attention_head_dim, levels)  # diffusers' naming: head counts
+        kept, transient = 0, 0
+        for level, (channels, block) in enumerate(zip(c.block_out_channels, c.down_block_types, strict=True)):
+            positions = (side // 2**level) ** 2
+            kept += channels * positions * (layers[level] + 1)
+            transient = max(transient, 4 * channels * positions)
+            if "CrossAttn" in block:
+                transient = max(transient, heads[level] * positions**2)
+        per_image = (kept + transient) * (2 if self.guidance > 1 else 1)
+        vae = getattr(self.pipe, "vae", None)
+        if vae is not None:  # then the autoencoder decodes the batch at full resolution: its widest feature maps
+            per_image = max(per_image, 8 * max(vae.config.block_out_channels) * self.resolution**2)
         weights = sum(p.numel() * p.element_size() for p in self.pipe.unet.parameters())
         return MemoryModel(width=max(1, int(per_image**0.5)), base_bytes=weights,
                            bytes_per_unit=float(torch.finfo(self.dtype).bits // 8))
+
+
+def _per_level(value, levels: int) -> list[int]:
+    """A UNet config's per-level setting: one number for every level, or one per level."""
+    return [int(value)] * levels if isinstance(value, int) else [int(v) for v in value]
 
 
 def shard_model(lake, plan: dict, workload):
