@@ -63,8 +63,6 @@ def swapped(scheduler, name: str):
     pixel-space base's clipping of its predicted clean image: DDIM reads ``clip_sample`` as DDPM does; DPM-Solver
     clips by thresholding (at the clipping range: every prediction inside it), without which a pixel-space model's
     early predictions, far outside [-1, 1], come out as noise."""
-    import inspect
-
     import diffusers
 
     cls = getattr(diffusers, name)
