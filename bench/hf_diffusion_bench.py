@@ -15,7 +15,10 @@ Prompts are the reference grammar's captions, each with its own seed. Policies, 
   and the host's memory budget, with the workload's batching settings, as stage 4 runs it (a size judged on one
   batch: ``batching.judge_batches``);
 * ``ours_judge2``: the same with the core's default of two batches a judgement, which the workload's setting is
-  measured against.
+  measured against;
+* ``ours_warm``: ``ours`` starting from the size a previous run learned (an untimed cold run before the repeats),
+  as stage 4 starts a night's run from the last night's on the same version, variant and device class; it still
+  re-probes the sizes next to it.
 
 Repeats alternate the policies, each repeat starting one policy later; each cell is the median images/s (min, max);
 ``agreement`` is the share of images within one grey level of ``pipeline_b1``'s (same prompt, same seed). The
@@ -71,14 +74,16 @@ def pipeline_fixed(s, prompts: list[str], seeds: list[int], k: int) -> np.ndarra
     return np.concatenate(out)
 
 
-def ours(s, prompts: list[str], seeds: list[int], b) -> np.ndarray:
-    """Stage 4's batcher with batching settings ``b`` (a ``BatchingConfig``)."""
+def ours(s, prompts: list[str], seeds: list[int], b, learned: dict | None = None) -> tuple[np.ndarray, dict]:
+    """Stage 4's batcher with batching settings ``b`` (a ``BatchingConfig``), starting from ``learned`` sizes if
+    given: (the images, the sizes it learned)."""
     from aigc.batching import AdaptiveBatcher, DeviceProbe
 
     items = [s.item({"prompt": p, "seed": x}) for p, x in zip(prompts, seeds, strict=True)]
     batcher = AdaptiveBatcher(lambda batch: list(s.run([items[i] for i in batch])), [0] * len(items), s.memory(),
-                              DeviceProbe("cpu").budget_bytes, **b.batcher_options())
-    return np.stack(batcher()[0])
+                              DeviceProbe("cpu").budget_bytes, learned=learned, **b.batcher_options())
+    images, report = batcher()
+    return np.stack(images), report.learned
 
 
 def main() -> None:
@@ -97,9 +102,11 @@ def main() -> None:
     for n in args.prompts:
         prompts, seeds = smoke_prompts(n, 0)
         sweep = [k for k in SWEEP if k <= n]
+        last_night = ours(s, prompts, seeds, settings)[1]
         policies = {**{f"pipeline_b{k}": (lambda k=k, p=prompts, x=seeds: pipeline_fixed(s, p, x, k)) for k in sweep},
-                    "ours": lambda p=prompts, x=seeds: ours(s, p, x, settings),
-                    "ours_judge2": lambda p=prompts, x=seeds: ours(s, p, x, replace(settings, judge_batches=2))}
+                    "ours": lambda p=prompts, x=seeds: ours(s, p, x, settings)[0],
+                    "ours_judge2": lambda p=prompts, x=seeds: ours(s, p, x, replace(settings, judge_batches=2))[0],
+                    "ours_warm": lambda p=prompts, x=seeds, before=last_night: ours(s, p, x, settings, before)[0]}
         reference = pipeline_fixed(s, prompts, seeds, 1).astype(np.int16)
         times: dict[str, list[float]] = {p: [] for p in policies}
         agreement: dict[str, float] = {}
@@ -124,7 +131,8 @@ def main() -> None:
         fixed = [r for r in rows if r["prompts"] == n and not r["policy"].startswith("ours")]
         best = max(fixed, key=lambda r: r["images_per_s"])
         entry = {"prompts": n, "best_fixed": best["policy"], "repeats": args.repeats}
-        for policy in ("ours", "ours_judge2"):
+        entry["learned_before"] = {str(k): v for k, v in last_night.items()}
+        for policy in ("ours", "ours_judge2", "ours_warm"):
             mine = next(r for r in rows if r["prompts"] == n and r["policy"] == policy)
             paired = [a / b for a, b in zip(rates_of[n, policy], rates_of[n, best["policy"]], strict=True)]
             entry[f"{policy}_vs_best_fixed"] = round(mine["images_per_s"] / best["images_per_s"], 3)

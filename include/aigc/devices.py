@@ -88,3 +88,15 @@ def nvml_handle_key(index: int, env: dict[str, str] | None = None) -> int | str:
         raise ValueError(f"CUDA device {index} is not among CUDA_VISIBLE_DEVICES={visible!r}")
     entry = entries[index]
     return int(entry) if entry.isdigit() else entry  # GPU-…/MIG-… UUIDs: looked up by UUID
+
+
+def device_class(device: str) -> str:
+    """What a batch size learned on ``device`` holds for, as a lake key's part: the GPU's model (``nvidia-h100``…),
+    or the CPU threads torch computes with (``cpu-2-threads``): another host of the same class measures alike."""
+    import re
+
+    import torch
+
+    where = torch.device(device)
+    name = torch.cuda.get_device_name(where) if where.type == "cuda" else f"cpu-{torch.get_num_threads()}-threads"
+    return re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-")

@@ -22,11 +22,16 @@ from typing import Any
 
 from aigc.batching import AdaptiveBatcher, BatchReport, DeviceProbe, MemoryModel, meter_for
 from aigc.batching.faults import SimulatedOOM
+from aigc.devices import device_class
 from aigc.lake.base import ObjectNotFound, PreconditionFailed
 from aigc.lake.keys import join
 from aigc.safety import blocked_term
 
 LEARNED = "_BATCH_SIZES.json"  # per run: what each shard's batcher settled on, for the next shard
+CARRIED = "_BATCH_SIZES-{device}.json"
+"""Per version, variant and device class (in the cache's folder of that version and variant): what the last run's
+batchers settled on, which the next run's first shards start from (tomorrow night's run on the same kind of worker:
+the same model, the same sizes)."""
 
 
 def _prompts(prompts: list[dict]) -> list[dict]:
@@ -63,8 +68,9 @@ class ShardModel:
     """(limit, the setting's name) for prompt length; None: the core's ``generate.max_prompt_chars``."""
     suffix: str = ".json"
     remember_sizes: bool = False
-    """Start each shard from the batch sizes earlier shards of the run learned (one bucket per run: fixed-size
-    items); off where lengths vary, whose buckets a shard relearns cheaply."""
+    """Start each shard from the batch sizes earlier shards of the run learned, else those the last run of the same
+    version and variant learned on this device class (``CARRIED``) (one bucket per run: fixed-size items); off where
+    lengths vary, whose buckets a shard relearns cheaply."""
 
     @classmethod
     def of_serving(cls, serving, device: str, output_row: Callable[[Any], dict]) -> ShardModel:
@@ -146,7 +152,8 @@ def answer_shard(lake, plan: dict, prompts: list[dict], cfg, model: ShardModel, 
         return [writer.submit(finish, j, out, per_item, len(batch)) for j, out in zip(batch, outputs, strict=True)]
 
     learned_key = join(run_prefix, LEARNED)
-    learned = _learned(lake, learned_key) if model.remember_sizes else {}
+    carried_key = join(cache_prefix, CARRIED.format(device=device_class(model.device)))
+    learned = (_learned(lake, learned_key) or _learned(lake, carried_key)) if model.remember_sizes else {}
     batcher = AdaptiveBatcher(run_batch, lengths, model.memory, probe.budget_bytes, **b.batcher_options(),
                               learned=learned, peaks=meter_for(model.device))
     try:
@@ -157,8 +164,11 @@ def answer_shard(lake, plan: dict, prompts: list[dict], cfg, model: ShardModel, 
     for i, r in zip(todo, generated, strict=True):
         rows[i] = r
     if todo and model.remember_sizes:
-        # Last writer wins: shards running side by side learn the same thing; a stale value only costs a few grows.
-        lake.put_json(learned_key, {str(k): v for k, v in sorted({**learned, **report.learned}.items())})
+        # Last writer wins: shards running side by side learn the same thing; a stale value only costs a few grows
+        # (a bucket that starts from a learned size still re-probes its neighbours).
+        sizes = {str(k): v for k, v in sorted({**learned, **report.learned}.items())}
+        lake.put_json(learned_key, sizes)
+        lake.put_json(carried_key, sizes)
     return [rows[i] for i in range(len(prompts))], report.to_dict()
 
 

@@ -75,3 +75,36 @@ def test_the_batchers_settings_reach_stage_4s_batcher_and_hf_causal_lm_judges_a_
     prompts = [{"prompt_id": f"p{i}", "prompt": f"w{i} x", "seed": i} for i in range(5)]
     answer_shard(LocalLake(tmp_path), PLAN, prompts, cfg, words_model([]), ["count"], "generations/m/r1")
     assert (seen["judge_batches"], seen["tolerance"]) == (3, 0.07)
+
+
+def test_a_runs_first_shard_starts_from_the_size_the_last_run_learned_on_this_device_class(tmp_path):
+    """Fixed-size items (remember_sizes): a shard's batcher starts from what the run's earlier shards learned, else
+    from what the last run of the same version and variant learned on this device class, kept beside that version's
+    cache; another version starts afresh."""
+    from aigc.devices import device_class
+    from aigc.generate.engine import CARRIED
+
+    def fixed_size_model(calls: list) -> ShardModel:
+        def run(items):
+            calls.append(len(items))
+            return [1] * len(items)
+
+        return ShardModel("cpu", run=run, finish=lambda _item, one: ({"count": one}, b"1"), key=lambda p: [p["prompt"]],
+                          memory=MemoryModel(width=4), remember_sizes=True)
+
+    lake, cfg = LocalLake(tmp_path), PipelineConfig()
+    night = [[{"prompt_id": f"{n}-{i}", "prompt": f"night {n} prompt {i}", "seed": i} for i in range(64)]
+             for n in range(3)]
+    first: list = []
+    _, report = answer_shard(lake, PLAN, night[0], cfg, fixed_size_model(first), ["count"], "generations/m/r1")
+    key = f"cache/generations/m/v0001/fp32/{CARRIED.format(device=device_class('cpu'))}"
+    assert lake.get_json(key) == {str(k): v for k, v in report["learned_sizes"].items()}
+    (bucket,) = lake.get_json(key)
+    lake.put_json(key, {bucket: 3})  # a size no cold start takes (it starts at an eighth of the items: 8)
+    second: list = []
+    answer_shard(lake, {**PLAN, "run_id": "r2"}, night[1], cfg, fixed_size_model(second), ["count"], "generations/m/r2")
+    assert first[0] == 8 and second[0] == 3  # the last night's size, from the first batch
+    fresh: list = []
+    answer_shard(lake, {**PLAN, "version": "v0002", "run_id": "r3"}, night[2], cfg, fixed_size_model(fresh),
+                 ["count"], "generations/m/r3")
+    assert fresh[0] == first[0]

@@ -132,9 +132,11 @@ def shapes_batch(n: int = 8, seed: int = 0) -> tuple[torch.Tensor, list[str]]:
 
 
 # LoRA's bar is lower: adapters on the attention projections alone, of a UNet whose other weights are random, have
-# less to move (measured: 0.84 of the start at lr 1e-2, where every weight reaches below 0.7 at 1e-3).
-@pytest.mark.parametrize(("arch", "finetune", "lr", "bar"), [("pixel", "full", 1e-3, 0.7), ("pixel", "lora", 1e-2, 0.9),
-                                                              ("latent", "full", 1e-3, 0.7)])
+# less to move (measured on the demo base with IF's pooled text embedding: 0.88-0.90 of the start at lr 1e-2, by the
+# host's thread count, where every weight reaches 0.16-0.21 at 1e-3).
+@pytest.mark.parametrize(("arch", "finetune", "lr", "bar"), [("pixel", "full", 1e-3, 0.5),
+                                                              ("pixel", "lora", 1e-2, 0.95),
+                                                              ("latent", "full", 1e-3, 0.5)])
 def test_fine_tuning_lowers_the_denoising_loss_on_the_same_noise(arch, finetune, lr, bar):
     from aigc.workloads.hf_diffusion.denoising import denoising_loss, trainable_unet
 
@@ -246,18 +248,19 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_a_pipeline(tmp_path,
     # Stage 4 by the CLI on the demo prompts: every prompt answered once, then from the cache.
     common = ["--workload", WORKLOAD, "--preset", "smoke", "--lake", lake.uri, "--date", DATE]
     for attempt in range(2):
-        assert main(["generate", *common, "--demo-prompts", "--model-ref", "candidate"]) == 0
+        assert main(["generate", *common, "--demo-prompts", "--model-ref", "candidate", "--prompts", "8",
+                     "--blocked-prompts", "2"]) == 0
         manifests = sorted(k for k in lake.list("generations/hf-diffusion") if k.endswith("_MANIFEST.json"))
         manifest = lake.get_json(manifests[-1])
         assert manifest["generated"] + manifest["refused"] == manifest["prompts"] and manifest["variant"] == "fp32"
-        assert manifest["generated"] == cfg.generate.prompts  # the demo prompts' blocked ones refused, the rest made
+        assert (manifest["generated"], manifest["refused"]) == (8, 2)  # the blocked demo prompts refused
         rows = lake.read_parquet([k for k in lake.list(manifests[-1].rsplit("/", 1)[0]) if k.endswith(".parquet")],
                                  columns=["status", "cached"]).to_pylist()
         assert [r["cached"] for r in rows if r["status"] == "generated"] == [attempt == 1] * manifest["generated"]
 
     # Stage 5: the shapes checker reads the images (the demo's captions are its grammar); the grid's points are
     # the eligible variants.
-    assert main(["evaluate", *common]) == 0
+    assert main(["evaluate", *common, "--eval-prompts", "16", "--latency-prompts", "2"]) == 0
     (metrics_key,) = [k for k in lake.list("evaluations/hf-diffusion") if k.endswith("/metrics.json")]
     metrics = lake.get_json(metrics_key)
     assert 0 <= metrics["intervals"]["alignment"]["lo"] <= metrics["intervals"]["alignment"]["hi"] <= 1
@@ -342,3 +345,25 @@ def test_the_memory_model_from_the_unets_config_bounds_a_batchs_measured_peak(ar
     serving.guidance = 1.0  # no guidance: one UNet pass per image, not two (the latent base's peak is its decoding)
     unguided = serving.memory().predict([0] * len(items))
     assert unguided < predicted if arch == "pixel" else unguided == predicted
+
+
+def test_fine_tuning_encodes_captions_as_the_pipeline_serves_them(pixel_base):
+    """IF's pipeline passes the tokenizer's attention mask to its text encoder, Stable Diffusion's (without
+    use_attention_mask) does not, and the padding positions' states the UNet attends to differ between the two: read
+    from each pipeline's own encode_prompt. A pipeline that encodes otherwise still is refused, saying why."""
+    from aigc.workloads.hf_diffusion.denoising import Frozen
+
+    pixel, latent = load_pipeline(pixel_base), load_pipeline(local_folder("", "latent"))
+    assert Frozen.of(pixel).masked and not Frozen.of(latent).masked
+    tokens = Frozen.of(pixel).tokenize([CAPTION])
+    unmasked = pixel.text_encoder(tokens[:, 0], return_dict=False)[0]
+    assert not torch.allclose(Frozen.of(pixel).encode_text(tokens), unmasked, atol=1e-3)  # the mask matters here
+    clip_skip = pixel.encode_prompt  # as a pipeline that reads a layer before the last would encode
+
+    def encode_prompt(**kw):
+        embeds, negative = clip_skip(**kw)
+        return embeds * 0.5, negative
+
+    pixel.encode_prompt = encode_prompt
+    with pytest.raises(ValueError, match=r"IFPipeline\.encode_prompt encodes captions otherwise"):
+        Frozen.of(pixel)

@@ -1,13 +1,16 @@
-"""The ``hf-diffusion`` workload (issue 42, being built): a Hugging Face ``diffusers`` text-to-image pipeline of the
-user's, its UNet fine-tuned on captioned images and served through the same stages as the demos.
+"""The built-in ``hf-diffusion`` workload: a Hugging Face ``diffusers`` text-to-image pipeline of the user's, its UNet
+fine-tuned on captioned images and served through the same stages as the demos.
 
 Its base is a pipeline folder saved with ``save_pretrained`` (``HFDiffusionSettings.base_model_uri``: a folder or a
 lake URI; empty: a small demo pipeline built from configs, with random weights), found, checked and loaded without
 running its code or downloading anything (``base``). Stage 1 curates the image workload's drops at the configured
 resolution (its rules, inherited); stage 2 fine-tunes the UNet by the denoising objective the base's scheduler
-names, every weight or LoRA adapters, under the DDP core (``training``, ``denoising``). Stages 3 to 5 are not built
-yet: the workload refuses them by name. Until they are, it is not among the built-in names; run it by its path,
-``--workload aigc.workloads.hf_diffusion:HF_DIFFUSION``.
+names, every weight or LoRA adapters, under the DDP core (``training``, ``denoising``); stage 3 registers the UNet and
+builds variants over precision × denoising steps × scheduler (``bf16-s20``, ``fp32-s8-dpm``), each compared with fp32
+at the version's steps on the smoke prompts; stage 4 serves with the pipeline's own call under the batcher, a
+prompt's own guidance and negative prompt from the prompt file (``serving``); stage 5 is the image workload's judge,
+the shapes checker, which reads only the project's caption grammar (``evaluation``; a judge that needs none is not
+built yet).
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ class ImageWorkload(Workload):
     def build_variants(self, lake, model, version, cfg):
         from aigc.workloads.image.variants import build_variants
 
-        return build_variants(lake, model, version, cfg.deploy)
+        return build_variants(lake, model, version, cfg.deploy, self.builds)
 
     output_columns = (("image", "binary"), ("width", "int32"), ("height", "int32"))
 

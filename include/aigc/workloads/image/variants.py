@@ -12,6 +12,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from aigc.config import DeployConfig
+from aigc.config.variant_names import VARIANTS
 from aigc.devices import pick_device
 from aigc.lake import Lake
 from aigc.lake.keys import join
@@ -19,7 +20,6 @@ from aigc.registry import variants
 from aigc.registry.deploy import latencies, version_inputs
 from aigc.registry.loader import serving_device, variant_key
 from aigc.registry.store import sha256
-from aigc.workloads.image import IMAGE
 from aigc.workloads.image.onnx_export import export_onnx, quantize_int8
 from aigc.workloads.image.serving import Generator, build_model, runner_for
 from aigc.workloads.image.tokenizer import Vocab
@@ -58,8 +58,9 @@ def _calibration_captions(lake: Lake, card: dict, record: dict, cfg: DeployConfi
     return captions[: cfg.calibration_samples]
 
 
-def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig) -> dict:
-    """Build (or rebuild) every configured variant of a version and record its measurements."""
+def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig, builds=None) -> dict:
+    """Build (or rebuild) every configured variant of a version and record its measurements; ``builds``: which names
+    this workload builds (``Workload.builds``; others are skipped with a warning), every encoding by default."""
     registry, record, prefix, card, fp32_bytes = version_inputs(lake, model, ref)
     version = record["version"]
     prompts, seeds = smoke_prompts(cfg.smoke_prompts, cfg.seed)
@@ -67,7 +68,7 @@ def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig) -> dict:
     generators: dict[str, Generator] = {}
     built: dict[str, dict] = {}
     baseline = None
-    for kind, data in _variant_bytes(lake, card, record, fp32_bytes, prompts, cfg):
+    for kind, data in _variant_bytes(lake, card, record, fp32_bytes, prompts, cfg, builds or VARIANTS.__contains__):
         key = variant_key(prefix, kind)
         if kind != "fp32":
             lake.put_bytes(key, data)
@@ -99,13 +100,14 @@ def build_variants(lake: Lake, model: str, ref: str, cfg: DeployConfig) -> dict:
     return {"stage": "variants", "model": model, "version": version, "variants": built}
 
 
-def _variant_bytes(lake: Lake, card: dict, record: dict, fp32_bytes: bytes, prompts: list[str], cfg: DeployConfig):
-    """(kind, bytes to store) for every configured variant, the fp32 baseline first."""
+def _variant_bytes(lake: Lake, card: dict, record: dict, fp32_bytes: bytes, prompts: list[str], cfg: DeployConfig,
+                   builds):
+    """(kind, bytes to store) for every configured variant this workload ``builds``, the fp32 baseline first."""
     state = load_safetensors(fp32_bytes)
     onnx_fp32 = None
     for kind in cfg.variant_list:
-        if not IMAGE.builds(kind):
-            log.warning("variant %s not built: the image workload builds %s", kind, IMAGE.variant_kinds)
+        if not builds(kind):
+            log.warning("variant %s not built: this workload does not build it", kind)
         elif kind == "fp32":
             yield kind, fp32_bytes
         elif kind in variants.ONNX_KINDS:
