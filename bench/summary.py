@@ -182,11 +182,14 @@ def _versus_best(r: dict, policy: str) -> str:
     return f"{r[f'{policy}_vs_best_fixed']:.2f}x ({lo:.2f}-{hi:.2f}){paired}"
 
 
+JUDGED = {"ours": "our batcher (the workload's settings: a size judged on one batch)",
+          "ours_judge2": "our batcher with the core's default (two batches a judgement)"}
+"""The batcher's rows of a generation bench: with the workload's settings and with the core's default."""
+
+
 def hf_generate_rows(d) -> list[list]:
     rows = []
-    judged = {"ours": "our batcher (the workload's settings: a size judged on one batch)",
-              "ours_warm": "our batcher starting from the size an earlier run learned (a later night)",
-              "ours_judge2": "our batcher with the core's default (two batches a judgement)"}
+    judged = JUDGED
     for r in d["summary"]:
         for policy, what in judged.items():
             ours = next(x for x in d["rows"] if x["prompts"] == r["prompts"] and x["policy"] == policy)
@@ -209,9 +212,7 @@ def hf_diffusion_rows(d) -> list[list]:
     rows = []
     what = (f"vs diffusers' pipeline call at the best fixed batch in hindsight ({{best}}), "
             f"{d['steps']} steps of {d['scheduler']}, guidance {d['guidance']:g}, images/s")
-    judged = {"ours": "our batcher (the workload's settings: a size judged on one batch)",
-              "ours_warm": "our batcher starting from the size an earlier run learned (a later night)",
-              "ours_judge2": "our batcher with the core's default (two batches a judgement)"}
+    judged = {**JUDGED, "ours_warm": "our batcher starting from the size an earlier run learned (a later night)"}
     for r in d["summary"]:
         for policy, who in judged.items():
             if f"{policy}_vs_best_fixed" not in r:
