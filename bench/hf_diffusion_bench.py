@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from bench.provenance import other_hosts, write_results
+from bench.versus import versus_best_fixed
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "hf_diffusion.json"
@@ -98,11 +99,11 @@ def main() -> None:
 
     s = serving(args.steps, args.guidance)
     settings = configure("default", "hf-diffusion").batching  # the workload's, as stage 4 reads them
-    rows, rates_of = [], {}
+    rows, rates_of, learned_before = [], {}, {}
     for n in args.prompts:
         prompts, seeds = smoke_prompts(n, 0)
         sweep = [k for k in SWEEP if k <= n]
-        last_night = ours(s, prompts, seeds, settings)[1]
+        last_night = learned_before[n] = ours(s, prompts, seeds, settings)[1]
         policies = {**{f"pipeline_b{k}": (lambda k=k, p=prompts, x=seeds: pipeline_fixed(s, p, x, k)) for k in sweep},
                     "ours": lambda p=prompts, x=seeds: ours(s, p, x, settings)[0],
                     "ours_judge2": lambda p=prompts, x=seeds: ours(s, p, x, replace(settings, judge_batches=2))[0],
@@ -126,22 +127,9 @@ def main() -> None:
             print(f"{n:4d} prompts  {name:14s} {rows[-1]['images_per_s']:8.3f} images/s "
                   f"({rows[-1]['range'][0]}–{rows[-1]['range'][1]})  agreement {agreement[name]:.3f}",
                   file=sys.stderr)
-    summary = []
-    for n in args.prompts:
-        fixed = [r for r in rows if r["prompts"] == n and not r["policy"].startswith("ours")]
-        best = max(fixed, key=lambda r: r["images_per_s"])
-        entry = {"prompts": n, "best_fixed": best["policy"], "repeats": args.repeats}
-        entry["learned_before"] = {str(k): v for k, v in last_night.items()}
-        for policy in ("ours", "ours_judge2", "ours_warm"):
-            mine = next(r for r in rows if r["prompts"] == n and r["policy"] == policy)
-            paired = [a / b for a, b in zip(rates_of[n, policy], rates_of[n, best["policy"]], strict=True)]
-            entry[f"{policy}_vs_best_fixed"] = round(mine["images_per_s"] / best["images_per_s"], 3)
-            entry[f"{policy}_vs_best_fixed_range"] = [round(mine["range"][0] / best["range"][1], 3),
-                                                      round(mine["range"][1] / best["range"][0], 3)]
-            entry[f"{policy}_vs_best_fixed_paired"] = {
-                "median": round(statistics.median(paired), 3), "range": [round(min(paired), 3), round(max(paired), 3)],
-                "faster_in": sum(x > 1 for x in paired), "repeats": len(paired)}
-        summary.append(entry)
+    batchers = ("ours", "ours_judge2", "ours_warm")
+    summary = [{**versus_best_fixed(rows, rates_of, n, "images_per_s", args.repeats, batchers),
+                "learned_before": {str(k): v for k, v in learned_before[n].items()}} for n in args.prompts]
     result = {"bench": "hf_diffusion", "model": "hf-diffusion pixel demo base (IFPipeline, UNet 32/64 at 32 px)",
               "steps": args.steps, "guidance": args.guidance, "scheduler": s.scheduler, "rows": rows,
               "summary": summary, "threads": torch.get_num_threads(),

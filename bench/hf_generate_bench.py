@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from bench.provenance import other_hosts, write_results
+from bench.versus import versus_best_fixed
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "hf_generate.json"
@@ -184,21 +185,8 @@ def main() -> None:
             print(f"{n:4d} prompts  {name:19s} {rows[-1]['tokens_per_s']:8.1f} tokens/s "
                   f"({rows[-1]['range'][0]}–{rows[-1]['range'][1]})  agreement {agreement[name]:.3f}",
                   file=sys.stderr)
-    summary = []
-    for n in args.prompts:
-        fixed = [r for r in rows if r["prompts"] == n and not r["policy"].startswith("ours")]
-        best = max(fixed, key=lambda r: r["tokens_per_s"])
-        entry = {"prompts": n, "best_fixed": best["policy"], "repeats": args.repeats}
-        for policy in ("ours", "ours_judge2"):
-            mine = next(r for r in rows if r["prompts"] == n and r["policy"] == policy)
-            entry[f"{policy}_vs_best_fixed"] = round(mine["tokens_per_s"] / best["tokens_per_s"], 3)
-            entry[f"{policy}_vs_best_fixed_range"] = [round(mine["range"][0] / best["range"][1], 3),
-                                                      round(mine["range"][1] / best["range"][0], 3)]
-            paired = [a / b for a, b in zip(rates_of[n, policy], rates_of[n, best["policy"]], strict=True)]
-            entry[f"{policy}_vs_best_fixed_paired"] = {
-                "median": round(statistics.median(paired), 3), "range": [round(min(paired), 3), round(max(paired), 3)],
-                "faster_in": sum(x > 1 for x in paired), "repeats": len(paired)}
-        summary.append(entry)
+    summary = [versus_best_fixed(rows, rates_of, n, "tokens_per_s", args.repeats, ("ours", "ours_judge2"))
+               for n in args.prompts]
     result = {"bench": "hf_generate", "model": "hf-causal-lm demo base (llama, 2 x 64, GQA 4/2)", "greedy": True,
               "new_tokens": args.new_tokens, "rows": rows, "summary": summary,
               "threads": torch.get_num_threads(),
