@@ -172,3 +172,6 @@ def test_a_workload_setting_that_names_a_location_must_lie_under_an_allowed_root
             check_request({"settings": {"base_model_uri": outside, "context": 64}}, allowed)
     with pytest.raises(Refused, match=r"'settings\.base_model_uri' = 'meta-llama/Llama-3.2-1B' .* absolute path"):
         check_request({"settings": {"base_model_uri": "meta-llama/Llama-3.2-1B"}}, allowed)  # a Hub id: no folder
+    for scorer in ("clip_model_uri", "feature_model_uri", "safety_model_uri"):  # hf-diffusion's judges: the same
+        with pytest.raises(Refused, match=rf"'settings\.{scorer}' = .* outside the roots"):
+            check_request({"settings": {scorer: "/home/someone/clip"}}, allowed)

@@ -206,6 +206,12 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_a_pipeline(tmp_path,
         "train": {"steps": 12, "eval_every": 6, "checkpoint_every": 6, "batch_size": 8, "warmup_steps": 2,
                   "nproc": 1, "threads": 1},
         "workload": {"settings": {"base_model_uri": str(base) if arch == "latent" else ""}}})
+    if arch == "latent":  # judged as a user's captions would be: the CLIP verdict, FID on CLIP's features, a classifier
+        from tests.unit.workloads.test_hf_diffusion_scorers import tiny_classifier
+
+        cfg = cfg.override({"workload": {"settings": {
+            "judge_by": "clip", "clip_model_uri": "demo:clip", "unscored": "fail",
+            "safety_model_uri": str(tiny_classifier(tmp_path / "classifier", {0: "safe", 1: "nsfw"}, 8.0))}}})
     workload = load_workload(WORKLOAD)
     lake = LocalLake(tmp_path / "lake")
     raw = lake.sub("raw/shapes")
@@ -258,14 +264,33 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_a_pipeline(tmp_path,
                                  columns=["status", "cached"]).to_pylist()
         assert [r["cached"] for r in rows if r["status"] == "generated"] == [attempt == 1] * manifest["generated"]
 
-    # Stage 5: the shapes checker reads the images (the demo's captions are its grammar); the grid's points are
-    # the eligible variants.
-    assert main(["evaluate", *common, "--eval-prompts", "16", "--latency-prompts", "2"]) == 0
+    # Stage 5. The pixel base: the shapes checker reads the images (the demo's captions are its grammar), no other
+    # scorer is configured and gate 5 passes each with a warning. The latent one: the CLIP verdict, the CLIP score,
+    # FID and KID on CLIP's features, the classifier (biased to "nsfw") reading every image unsafe: gate 5 fails it.
+    s = cfg.workload.settings
+    scorers = [] if arch == "pixel" else ["--judge-by", s.judge_by, "--clip-model-uri", s.clip_model_uri,
+                                          "--unscored", s.unscored, "--safety-model-uri", s.safety_model_uri]
+    assert main(["evaluate", *common, "--eval-prompts", "16", "--latency-prompts", "2", "--no-gate",
+                 *scorers]) == 0
     (metrics_key,) = [k for k in lake.list("evaluations/hf-diffusion") if k.endswith("/metrics.json")]
     metrics = lake.get_json(metrics_key)
     assert 0 <= metrics["intervals"]["alignment"]["lo"] <= metrics["intervals"]["alignment"]["hi"] <= 1
     pareto = lake.get_json(metrics_key.replace("metrics.json", "pareto.json"))
     assert {p["variant"] for p in pareto["points"]} == set(gate["eligible_variants"])
+    checks = {c.column: c for c in workload.evaluation_checks(metrics, cfg)}
+    report = lake.get_bytes(metrics_key.replace("metrics.json", "report.html")).decode()
+    if arch == "pixel":
+        assert metrics["judged_by"] == "checker" and set(metrics["unscored"]) == {"clip", "features", "safety"}
+        assert "checker_real" in checks and checks["unscored_safety"].outcome == "pass"
+        return
+    assert metrics["judged_by"] == "clip" and metrics["unscored"] == {} and "checker_accuracy" not in metrics
+    clip = metrics["intervals"]["clip_score"]
+    assert 0 <= clip["lo"] <= clip["value"] <= clip["hi"] <= 100 and clip["n"] == metrics["generated"]
+    assert metrics["feature_fid"] > 0 and metrics["kid"]["subset_size"] >= 2
+    assert all({"clip_score", "feature_fid"} <= set(p) for p in pareto["points"])  # on the front's points
+    assert metrics["unsafe_images"] == metrics["generated"] and checks["unsafe_images"].outcome == "fail"
+    assert "CLIP" in checks["content_alignment"].title and "checker_real" not in checks
+    assert "Scorers" in report and "CLIP score" in report
 
 
 def test_a_variants_scheduler_keeps_a_pixel_bases_clipping_of_its_predicted_image():

@@ -9,8 +9,8 @@ names, every weight or LoRA adapters, under the DDP core (``training``, ``denois
 builds variants over precision × denoising steps × scheduler (``bf16-s20``, ``fp32-s8-dpm``), each compared with fp32
 at the version's steps on the smoke prompts; stage 4 serves with the pipeline's own call under the batcher, a
 prompt's own guidance and negative prompt from the prompt file (``serving``); stage 5 is the image workload's judge,
-the shapes checker, which reads only the project's caption grammar (``evaluation``; a judge that needs none is not
-built yet).
+the shapes checker where the captions are the project's grammar, else a CLIP verdict, with FID/KID on an image
+model's features and a safety classifier where the user points at them (``evaluation``, ``scorers``, ``gate``).
 """
 
 from __future__ import annotations
@@ -32,10 +32,13 @@ class HFDiffusionWorkload(ImageWorkload):
                     "prepare": ("resolution", "min_caption_chars", "max_caption_chars", "min_side", "max_side",
                                 "max_image_pixels", "max_image_bytes", "near_dup_image_distance"),
                     "train": _train, "deploy": ("max_pixel_mae", "min_image_std"), "generate": ("blank_std",),
-                    "evaluate": ("checker_images", "reference_seeds", "min_checker_accuracy", "max_fid")}
+                    "evaluate": ("checker_images", "reference_seeds", "min_checker_accuracy", "max_fid", "judge_by",
+                                 "clip_model_uri", "clip_distractors", "feature_model_uri", "max_feature_fid",
+                                 "safety_model_uri", "unsafe_labels", "max_unsafe_probability", "unscored")}
     preload_modules = tuple(f"aigc.workloads.{m}" for m in (
         "image.rawdrop", "image.records", "hf_diffusion.training", "hf_diffusion.denoising", "hf_diffusion.serving",
-        "image.prompts", "image.gallery", "image.gate", "hf_diffusion.evaluation", "image.report"))
+        "image.prompts", "image.gallery", "image.gate", "hf_diffusion.evaluation", "hf_diffusion.scorers",
+        "hf_diffusion.gate", "image.report"))
     # Precision, and the denoising steps and scheduler a variant serves with (bf16-s20, fp32-s8-dpm).
     variant_kinds = ("fp32", "bf16")
     variant_steps = True
@@ -64,7 +67,9 @@ class HFDiffusionWorkload(ImageWorkload):
             # 1,000 steps on 2 cores: a random text encoder, frozen): the alignment is reported with its interval,
             # and the bar is the distribution's, not the caption's.
             changes["train"].update({"steps": 600, "eval_every": 200, "checkpoint_every": 200})
-            settings.update({"inference_steps": 30, "guidance_scale": 3.0, "max_fid": 2.0})
+            settings.update({"inference_steps": 30, "guidance_scale": 3.0, "max_fid": 2.0,
+                             # Beside the checker: the CLIP path, on a small CLIP trained on the shapes world.
+                             "clip_model_uri": "demo:clip"})
             changes["deploy"]["variants"] = "fp32,bf16,fp32-s10,fp32-s10-dpm"
             changes["evaluate"] = {"eval_prompts": 128, "latency_prompts": 8, "latency_rounds": 3, "max_rounds": 1,
                                    "review_items": 16}
@@ -106,6 +111,11 @@ class HFDiffusionWorkload(ImageWorkload):
         from aigc.workloads.hf_diffusion.serving import shard_model
 
         return shard_model(lake, plan, self)
+
+    def evaluation_checks(self, metrics, cfg):
+        from aigc.workloads.hf_diffusion.gate import evaluation_checks
+
+        return evaluation_checks(metrics, cfg)
 
     def judge(self, lake, evaluation, cfg):
         from aigc.workloads.hf_diffusion.evaluation import DiffusionJudge

@@ -12,6 +12,8 @@ from aigc.workloads.image.config import ImageSettings
 ARCHITECTURES = ("pixel", "latent")
 """The demo bases built from configs when no base is given (``demo_base``)."""
 FINETUNE = ("full", "lora")
+JUDGES = ("auto", "checker", "clip")
+UNSCORED = ("warn", "fail")
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,9 @@ class HFDiffusionSettings(ImageSettings):
     """A Hugging Face ``diffusers`` text-to-image pipeline, its UNet fine-tuned on captioned images."""
 
     workload: ClassVar[str] = "hf-diffusion"
+    gate_bounds: ClassVar[tuple[str, ...]] = ImageSettings.gate_bounds + (
+        "judge_by", "clip_model_uri", "clip_distractors", "feature_model_uri", "max_feature_fid", "safety_model_uri",
+        "unsafe_labels", "max_unsafe_probability", "unscored")
 
     base_model_uri: str = ""
     """The pipeline to fine-tune: a folder, or a folder in the lake, saved with ``save_pretrained``
@@ -47,13 +52,47 @@ class HFDiffusionSettings(ImageSettings):
     Fewer steps or another scheduler draw another image from the same noise, so the bound catches a broken variant
     (a noise image is ~80 from a picture), not a cheaper one: stage 5 judges those on the front."""
 
+    # Stage 5's scorers that read no caption grammar: each a transformers folder of the user's (or a lake URI).
+    judge_by: str = "auto"
+    """What alignment is: ``checker`` (the shapes checker: captions in the project's grammar), ``clip`` (the CLIP
+    verdict: an image closer to its own caption than to ``clip_distractors`` others), ``auto``: the checker where
+    every curated caption of the day is in the grammar, CLIP otherwise."""
+    clip_model_uri: str = ""
+    """A CLIP-like model (``get_image_features``, ``get_text_features``) saved with its tokenizer and image
+    processor: the CLIP score and the CLIP verdict. ``demo:clip``: the demo's, trained on the shapes world only."""
+    clip_distractors: int = 9
+    """Other captions an image's own must beat (chance: 1 / (this + 1))."""
+    feature_model_uri: str = ""
+    """An image model whose pooled features FID and KID compare (torchmetrics, against the day's held-out curated
+    images); empty: the CLIP model's image features where one is set."""
+    max_feature_fid: float = 0.0
+    """Gate 5: the largest Fréchet distance on those features (its scale is the model's); 0: reported, not gated."""
+    safety_model_uri: str = ""
+    """An image classifier (``AutoModelForImageClassification``) reading every generated image for unsafe content."""
+    unsafe_labels: str = "nsfw"
+    """Its labels that mean unsafe, comma-separated (case ignored)."""
+    max_unsafe_probability: float = 0.5
+    """An image whose unsafe labels' probability is above this is unsafe; gate 5 allows none."""
+    unscored: str = "warn"
+    """A scorer not configured (no CLIP, no feature model, no safety classifier): ``warn`` (the report and gate 5
+    say so, and the check passes) or ``fail`` (gate 5 fails until one is set). Never a score of 0."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        for name, allowed in (("judge_by", JUDGES), ("unscored", UNSCORED)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"HFDiffusionSettings.{name} must be one of {list(allowed)}, got "
+                                 f"{getattr(self, name)!r}")
+        check_range(self, "clip_distractors", 1, 1000)
+        check_range(self, "max_feature_fid", 0.0, 1e9)
+        check_range(self, "max_unsafe_probability", 0.0, 1.0)
         check_range(self, "inference_steps", 1, 1000)
         check_range(self, "guidance_scale", 0.0, 100.0)
-        if not isinstance(self.base_model_uri, str) or len(self.base_model_uri) > 1000:
-            raise ValueError(f"HFDiffusionSettings.base_model_uri must be a folder or lake URI (a string of at most "
-                             f"1000 characters), got {self.base_model_uri!r}")
+        for name in ("base_model_uri", "clip_model_uri", "feature_model_uri", "safety_model_uri", "unsafe_labels"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or len(value) > 1000:
+                raise ValueError(f"HFDiffusionSettings.{name} must be a string of at most 1000 characters (a folder "
+                                 f"or lake URI), got {value!r}")
         if self.demo_architecture not in ARCHITECTURES:
             raise ValueError(f"HFDiffusionSettings.demo_architecture must be one of {list(ARCHITECTURES)}, got "
                              f"{self.demo_architecture!r}")

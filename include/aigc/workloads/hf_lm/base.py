@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 
 LAYOUT = re.compile(r"^(config\.json|generation_config\.json|.+\.safetensors|model\.safetensors\.index\.json|"
                     r"tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|vocab\.json|merges\.txt|"
-                    r"tokenizer\.model|added_tokens\.json|chat_template\.jinja|chat_template\.json)$")
+                    r"tokenizer\.model|added_tokens\.json|chat_template\.jinja|chat_template\.json|"
+                    r"preprocessor_config\.json|processor_config\.json)$")
 """The files of the ``save_pretrained`` layout that loading reads; anything else in a folder is left alone."""
 TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
 TOKENIZER_PREFIXES = ("tokenizer", "vocab", "merges", "special_tokens", "added", "chat_template")
@@ -56,8 +57,9 @@ DEMO_PREFIX = "demo:"
 """How a model card names a demo base (``demo:llama``) in place of a location."""
 
 
-def check_folder(folder: Path, where: str | None = None) -> dict:
-    """The folder's ``config.json`` once the folder is a loadable base (BaseModelError says why it is not)."""
+def check_folder(folder: Path, where: str | None = None, *, tokenizer: bool = True) -> dict:
+    """The folder's ``config.json`` once the folder is a loadable base (BaseModelError says why it is not);
+    ``tokenizer``: whether it must hold a tokenizer's files (an image model's folder has none)."""
     where = where or str(folder)
     if not folder.is_dir():
         raise BaseModelError(f"no base model folder at {where}")
@@ -71,7 +73,7 @@ def check_folder(folder: Path, where: str | None = None) -> dict:
             f"{where} has no safetensors weights" + (f" (only {pickles}: pickles, which run code as they load)"
                                                      if pickles else "")
             + "; save them as safetensors: model.save_pretrained(folder, safe_serialization=True)")
-    if not any(all(n in names for n in group) for group in TOKENIZER_FILES):
+    if tokenizer and not any(all(n in names for n in group) for group in TOKENIZER_FILES):
         raise BaseModelError(f"{where} has no tokenizer files (tokenizer.json, tokenizer.model, or vocab.json and "
                              "merges.txt): save the tokenizer beside the model, tokenizer.save_pretrained(folder)")
     config = json.loads((folder / "config.json").read_text())

@@ -69,14 +69,19 @@ class ImageJudge(Judge):
 
     def __init__(self, lake: Lake, ev, cfg: PipelineConfig, workload):
         super().__init__(lake, ev, cfg, workload)
-        s, e = image_settings(cfg), cfg.evaluate
-        # The checker's own accuracy: on its fixed reference set, and on the day's real images.
-        self.real, captions, held = real_images(lake, cfg.prepare.dataset, ev.date, s.checker_images)
-        require_scorable(captions, f"real captions of curated/{cfg.prepare.dataset}/dt={ev.date}")
+        self.real, captions, held = real_images(lake, cfg.prepare.dataset, ev.date,
+                                                image_settings(cfg).checker_images)
+        self.read_checker(captions, held)
+
+    def read_checker(self, captions: list[str], held: int) -> None:
+        """The checker's own accuracy: on its fixed reference set, and on the day's real images (``self.real``,
+        with ``captions``); the first ``held`` are held out, what generated images' features are compared with."""
+        s = image_settings(self.cfg)
+        require_scorable(captions, f"real captions of curated/{self.cfg.prepare.dataset}/dt={self.ev.date}")
         resolution = self.real[0].shape[0] if self.real else s.resolution
-        self.reference = checker_reference(lake, resolution, s.reference_seeds, e.confidence)
+        self.reference = checker_reference(self.lake, resolution, s.reference_seeds, self.cfg.evaluate.confidence)
         self.checker = assess(self.real, captions)
-        self.held_out_features = self.checker["features"][:held]  # what generated images are compared with
+        self.held_out_features = self.checker["features"][:held]
 
     def content(self, generated):
         require_scorable([r["prompt"] for r in generated], f"generated prompts of run {self.ev.generation['run_id']}")

@@ -73,6 +73,25 @@ def _gallery(lake: Lake, prefix: str, generation: dict) -> str:
     return '<img src="gallery.png" alt="gallery: each image with its prompt">'
 
 
+POINT_FIGURES = {"fid": "Fréchet distance (checker features)", "clip_score": "CLIP score",
+                 "feature_fid": "Fréchet distance (feature model)"}
+"""Figures a grid point may carry beside its alignment (``Judged.point``), and their columns in the grid."""
+
+
+def _scorers(metrics: dict) -> str:
+    """The scorers that need no caption grammar (the hf-diffusion workload's), and those not configured."""
+    if "judged_by" not in metrics:
+        return ""
+    iv = metrics.get("intervals", {})
+    rows = [{"figure": name, "value": value} for name, value in (
+        ("alignment judged by", metrics["judged_by"]), ("CLIP score (100 · cos, mean)", iv.get("clip_score")),
+        ("CLIP verdict rate (own caption beats the distractors)", iv.get("clip_verdict_rate")),
+        ("Fréchet distance (feature model)", iv.get("feature_fid")), ("KID (feature model)", metrics.get("kid")),
+        ("unsafe images (safety classifier)", metrics.get("unsafe_images"))) if value is not None]
+    rows += [{"figure": key, "value": note} for key, note in sorted((metrics.get("unscored") or {}).items())]
+    return f"<h2>Scorers</h2>{_table(rows)}"
+
+
 def write_report(lake: Lake, prefix: str, metrics: dict, points: list[dict], front: list[dict], record: dict,
                  generation: dict) -> str:
     loss_src = record.get("files", {}).get("loss.png") and join("models", record["model"], record["version"],
@@ -93,13 +112,14 @@ def write_report(lake: Lake, prefix: str, metrics: dict, points: list[dict], fro
         ("production before", metrics.get("production_before")),
         ("regression vs production (production − candidate)", iv.get("regression_vs_production")))]
     alignment = [{"attribute": a, "generated (day's content)": metrics["alignment"][a],
-                  "checker on its reference set": metrics["checker_accuracy"].get(a),
+                  "checker on its reference set": (metrics.get("checker_accuracy") or {}).get(a),
                   "checker on the day's real images": (metrics.get("checker_accuracy_real") or {}).get(a)}
                  for a in metrics["alignment"]]
     grid = [{"variant": p["variant"], "policy": p["policy"], "alignment": p.get("alignment_ci"),
              "vs best (best − it)": p.get("vs_best"), "as good as the best": p.get("as_good"),
              "ms/sample (fastest round)": p["latency_ms"], "ms range over rounds": p.get("latency_range_ms"),
-             "latency tie": p.get("cost_tie"), "bytes": p.get("size_bytes")} for p in points]
+             "latency tie": p.get("cost_tie"), "bytes": p.get("size_bytes"),
+             **{label: p[k] for k, label in POINT_FIGURES.items() if k in p}} for p in points]
     rec = metrics.get("recommended")
     title = f"Evaluation of {metrics['model']} {metrics['version']} — {metrics['date']}"
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -111,7 +131,8 @@ def write_report(lake: Lake, prefix: str, metrics: dict, points: list[dict], fro
 fails only when its whole interval is on the wrong side of the threshold.</p>
 <h2>Summary</h2>{_table(summary)}
 <h2>Alignment per attribute</h2>{_table(alignment)}
-<p>{html.escape(metrics['fid_note'])}.</p>
+<p>{html.escape(metrics['fid_note'] + '.' if 'fid_note' in metrics else '')}</p>
+{_scorers(metrics)}
 <h2>Pareto front: quality against cost</h2><img src="pareto.png" alt="Pareto plot">
 <p>Recommended: <strong>{html.escape(f"{rec['variant']} / {rec['policy']}" if rec else "none")}</strong>
 ({html.escape(_fmt(rec.get('latency_ms')) if rec else "")} ms per sample). Rule: {html.escape(
