@@ -1,6 +1,6 @@
 """Does the demo pass on every date? The nightly chain of the demo preset, date after date, and gate 5's verdicts.
 
-    python -m bench.demo_dates [--start 2026-11-01] [--days 14] [--lake DIR] [--workload text]
+    python -m bench.demo_dates [--start 2026-11-01] [--days 14] [--lake DIR] [--workload text|hf-diffusion]
 
 For each date, the same commands a user runs (``aigc make-raw``, ``prepare``, ``train``, ``deploy``,
 ``generate --demo-prompts``, ``evaluate``, all ``--preset demo``) on one lake, so each night trains a candidate
@@ -14,7 +14,10 @@ image demo.
 
 Every check of gate 5 passes only on evidence (its interval's lower end clears a minimum, the upper end a maximum);
 the two alignments draw more samples while undecided, up to ``evaluate.max_rounds`` looks, and each states the
-error rates it is designed for (``aigc.evaluate.stats.design``), which this file records per date.
+error rates it is designed for (``aigc.evaluate.stats.design``), which this file records per date, with the grid
+stage 5 drew (every eligible variant × batch policy: alignment, cost and the workload's other figures), each point
+marked on or off the quality/cost front: the README's front table (``bench.summary``, block ``demo-front``) reads the
+last date's. ``--workload hf-diffusion --days 1`` is the front over precision × denoising steps × scheduler.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from bench.provenance import write_results
 HERE = Path(__file__).resolve().parent
 AIGC = [sys.executable, "-m", "aigc", "--log-level", "WARNING"]
 WORKLOAD = ["--workload", "image"]  # set by --workload
+POINT_KEYS = ("variant", "policy", "alignment_ci", "vs_best", "as_good", "latency_ms", "latency_range_ms",
+              "size_bytes", "fid", "clip_score", "feature_fid", "recommendation_looks")
 
 
 def step(command: list[str], lake: str, date: str) -> tuple[int, dict]:
@@ -62,6 +67,8 @@ def one_date(lake: str, date: str) -> dict:
     run = Catalog(open_lake(lake), cfg.prepare.dataset, cfg.model.name).evaluation_of(date)
     metrics = run["summary"]
     checks = metrics["gates"]["evaluation"]["checks"]  # gate 5's six checks; promotion is decided after
+    pareto = open_lake(lake).get_json(f"{run['run_prefix']}/pareto.json")
+    on_front = {(p["variant"], p["policy"]) for p in pareto["front"]}
     promotion = metrics.get("promotion") or {}
     worse_than_best = (metrics["intervals"].get("regression_vs_best") or {}).get("lo")
     return {"date": date, "passed": code == 0 and metrics["gates"]["evaluation"]["success"],
@@ -75,6 +82,9 @@ def one_date(lake: str, date: str) -> dict:
                                     "looks": c.get("looks"), "designed": c.get("designed")} for c in checks},
             "rounds": max((e or {}).get("rounds", 1) for e in (metrics.get("evidence") or {None: None}).values()),
             "evidence": metrics.get("evidence"), "intervals": metrics["intervals"],
+            # The grid stage 5 drew (every eligible variant × batch policy), each point marked on or off the front.
+            "points": [{**{k: p[k] for k in POINT_KEYS if k in p},
+                        "on_front": (p["variant"], p["policy"]) in on_front} for p in pareto["points"]],
             "seconds": round(time.perf_counter() - started, 1)}
 
 
@@ -89,7 +99,7 @@ def main() -> None:
     ap.add_argument("--start", default="2026-11-01", help="the first date (YYYY-MM-DD)")
     ap.add_argument("--days", type=int, default=14)
     ap.add_argument("--lake", default=None, help="a folder for the lake (default: a temporary one)")
-    ap.add_argument("--workload", default="image", help="image (default) or text")
+    ap.add_argument("--workload", default="image", help="image (default), text or hf-diffusion")
     args = ap.parse_args()
     WORKLOAD[1] = args.workload
     lake = args.lake or tempfile.mkdtemp(prefix="aigc-demo-dates-")

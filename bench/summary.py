@@ -436,6 +436,37 @@ def demo_dates_md(results: Path | None = None) -> str:
     return "\n".join(md[1:])
 
 
+def demo_front_md(results: Path | None = None, workload: str = "hf-diffusion") -> str:
+    """The quality/cost front stage 5 drew on the last date of ``bench.demo_dates --workload WORKLOAD``: every
+    eligible variant × batch policy, its alignment with interval, its loss against the best, its cost, the workload's
+    other figures, and the recommendation."""
+    name = f"demo_dates_{workload}.json"
+    d = _load(name, results or DEFAULT)
+    if not d or not d["dates"][-1].get("points"):
+        return f"`{name}`: not run (`python -m bench.demo_dates --workload {workload} --days 1`)."
+    day = d["dates"][-1]
+
+    def ci(e: dict | None) -> str:
+        return "" if not e or e.get("value") is None else f"{e['value']:.3f} [{e['lo']:.3f}, {e['hi']:.3f}]"
+
+    def num(v) -> str:
+        return "" if v is None else f"{v:.3f}"
+
+    md = [f"**{workload}** demo, {day['date']} ({day['version']}): gate 5 {'passed' if day['passed'] else 'failed'}; "
+          f"recommended **{day['recommended']}**, the cheapest configuration not significantly worse than the best "
+          f"on alignment. {provenance_of(d)}.", "",
+          "| variant | policy | alignment [95 % CI] | best − it | as good | ms/image (range over rounds) | MB | "
+          "CLIP score | FID (checker) | FID (CLIP features) | on the front |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in sorted(day["points"], key=lambda p: p["latency_ms"]):
+        lo, hi = p.get("latency_range_ms") or [p["latency_ms"]] * 2
+        md.append(f"| {p['variant']} | {p['policy']} | {ci(p.get('alignment_ci'))} | {ci(p.get('vs_best'))} | "
+                  f"{'yes' if p.get('as_good') else 'no'} | {p['latency_ms']:.1f} ({lo:.1f}–{hi:.1f}) | "
+                  f"{(p.get('size_bytes') or 0) / 1e6:.1f} | {num(p.get('clip_score'))} | {num(p.get('fid'))} | "
+                  f"{num(p.get('feature_fid'))} | {'yes' if p['on_front'] else ''} |")
+    return "\n".join(md)
+
+
 def make_test_md(results: Path | None = None) -> str:
     """What ``make test`` took on a fresh clone (bench/make_test_time.py)."""
     d = _load("make_test.json", results or DEFAULT)
@@ -457,6 +488,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "bench-claims": lambda: claims_md(),
     "demo-dates": lambda: demo_dates_md(),
     "make-test": lambda: make_test_md(),
+    "demo-front": lambda: demo_front_md(),
 }
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end of generated -->)", re.S)
 

@@ -108,7 +108,7 @@ class DiffusionJudge(ImageJudge):
             point["clip_score"] = round(float(np.mean(readings.scores)), 4)
             if self.by == "clip":
                 verdicts = readings.verdicts
-        if self.features is not None:
+        if self.features is not None and len(images) >= 2:  # a longer look may judge a single extra prompt
             point["feature_fid"] = round(self.features.measure(images, self.cfg.evaluate.confidence)["fid"]["value"],
                                          4)
         return Judged(verdicts, wilson(sum(verdicts), len(verdicts), self.cfg.evaluate.confidence), point=point,
