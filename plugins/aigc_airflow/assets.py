@@ -12,6 +12,8 @@ what was published (date, run id, version, URIs) and whether it starts the next 
 
 from __future__ import annotations
 
+import os
+
 from airflow.sdk import Asset, AssetWatcher
 
 from aigc.config.form import STAGES
@@ -38,5 +40,7 @@ GENERATED_FOR_EVALUATION = Asset(name="aigc_generations_for_evaluation")
 GENERATIONS = Asset(name="aigc_generations")
 EVALUATIONS = Asset(name="aigc_evaluations")
 PROMPT_FILES = Asset(name="aigc_prompt_files", watchers=[
-    AssetWatcher(name="aigc_prompt_files_in_the_lake", trigger=PromptFileTrigger(workloads=watched_workloads())),
+    # How often the triggerer lists the prompt prefixes (seconds; AIGC_PROMPT_POLL_S): a list call a poll.
+    AssetWatcher(name="aigc_prompt_files_in_the_lake", trigger=PromptFileTrigger(
+        workloads=watched_workloads(), poll_s=float(os.environ.get("AIGC_PROMPT_POLL_S", "15")))),
 ])

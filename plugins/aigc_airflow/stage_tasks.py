@@ -103,12 +103,17 @@ def announced(context, summary: dict) -> dict:
 
 
 # -- the date's lease ----------------------------------------------------------------------------------
+LEASE_POKE_S = float(os.environ.get("AIGC_LEASE_POKE_S", "60"))
+"""How often a run waiting for its date asks again (seconds): each ask is a task start (about a second of CPU), and
+a lease held by a nightly chain lasts minutes. Test deployments ask more often (``AirflowStack``)."""
+
+
 def leased(first, ends: list):
     """claim_partition >> first … ends >> release_partition: one run at a time writes a date. A second run of
     the date (a manual run beside the scheduled one, another stage's run, a backfill over a running date)
     waits in claim_partition until the first releases it, instead of interleaving its publishes."""
 
-    @task.sensor(poke_interval=60, timeout=PARTITION_WAIT.total_seconds(), mode="reschedule",
+    @task.sensor(poke_interval=LEASE_POKE_S, timeout=PARTITION_WAIT.total_seconds(), mode="reschedule",
                  execution_timeout=task_timeout("claim_partition"))
     def claim_partition() -> PokeReturnValue:
         from aigc.lake.lease import LeaseHeld

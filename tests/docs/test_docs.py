@@ -74,6 +74,19 @@ def test_a_block_names_its_files_provenance_and_says_when_a_file_is_missing(tmp_
     monkeypatch.setattr(summary, "DEFAULT", tmp_path)
     assert summary.make_test_md().startswith("`make test`'s time: not measured")
     assert "not run (`make demo-dates`)" in summary.demo_dates_md()
+    assert "`demo_dates_hf-diffusion.json`: not run" in summary.demo_front_md()
+    point = {"variant": "fp32-s10", "policy": "adaptive", "latency_ms": 41.0, "latency_range_ms": [41.0, 44.5],
+             "alignment_ci": {"value": 0.5, "lo": 0.4, "hi": 0.6}, "as_good": True, "size_bytes": 2e6,
+             "clip_score": 31.25, "on_front": True}
+    (tmp_path / "demo_dates_hf-diffusion.json").write_text(json.dumps({
+        "dates": [{"date": "2026-11-20", "version": "v0001", "passed": True, "recommended": "fp32-s10/adaptive",
+                   "points": [point, {**point, "variant": "fp32", "latency_ms": 90.0, "on_front": False}]}],
+        "provenance": {"host": "h", "date": "2026-12-05T00:00:00", "commit": "abc"}}))
+    front = summary.demo_front_md().splitlines()
+    assert "recommended **fp32-s10/adaptive**" in front[0] and "commit abc" in front[0]
+    assert front[4] == ("| fp32-s10 | adaptive | 0.500 [0.400, 0.600] |  | yes | 41.0 (41.0–44.5) | 2.0 | 31.250 |  |  "
+                        "| yes |")
+    assert front[5].startswith("| fp32 | adaptive |") and front[5].endswith("|  |")  # cheapest first; off the front
     (tmp_path / "make_test.json").write_text('{"wall_s": 900, "setup_s": 60, "tests": 3, "passed": 2, "skipped": 1, '
                                              '"provenance": {"host": "h", "date": "2026-12-05T00:00:00", '
                                              '"commit": "abc"}}')

@@ -93,6 +93,10 @@ class AirflowStack:
             # of the latest day (and its chain) starts with the deployment.
             "AIGC_LAKE_URI": self.lake_uri,
             "AIGC_DEFAULT_PRESET": "smoke",  # the trigger form's default here; one value is changed in the browser
+            # A run waiting for its date asks every 10 s, not 60: a test's second run of a date otherwise idles up
+            # to a minute after the first gives the date back.
+            "AIGC_LEASE_POKE_S": "10",
+            "AIGC_PROMPT_POLL_S": "2",  # a prompt file a test drops is seen in seconds
             "GX_ANALYTICS_ENABLED": "False",
             "NO_PROXY": "127.0.0.1,localhost",
             "PATH": f"{Path(AIRFLOW).parent}:{os.environ.get('PATH', '')}",
@@ -206,14 +210,14 @@ class AirflowStack:
             states = {r: self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{r}")["state"] for r in run_ids}
             return states if all(s in ("success", "failed") for s in states.values()) else None
 
-        states = self.wait_until(finished, timeout, f"runs {run_ids} of {dag_id} to finish", interval=5)
+        states = self.wait_until(finished, timeout, f"runs {run_ids} of {dag_id} to finish", interval=2)
         for run_id, state in states.items():
             if state != "success":
                 failed = [t["task_id"] for t in self.task_instances(run_id, dag_id) if t["state"] == "failed"]
                 print(f"{dag_id} run {run_id}: {state}; failed tasks {failed}; task logs under {self.home / 'logs'}")
         return states
 
-    def wait_for_a_run(self, dag_id: str, matches, what: str, timeout: float = 900, interval: float = 5) -> dict:
+    def wait_for_a_run(self, dag_id: str, matches, what: str, timeout: float = 900, interval: float = 2) -> dict:
         """The first run of ``dag_id`` for which ``matches(run)`` holds, once it has finished (success or not)."""
         def found():
             self.assert_alive()

@@ -250,6 +250,8 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_a_pipeline(tmp_path,
 
     if arch == "pixel":  # the serving's, the same for every base: once
         served_as_asked(lake, workload, cfg)
+    else:  # a version serves its own UNet: the base's weights are neither read nor hashed from here on
+        (base / "unet" / "diffusion_pytorch_model.safetensors").write_bytes(b"no longer weights")
 
     # Stage 4 by the CLI on the demo prompts: every prompt answered once, then from the cache.
     common = ["--workload", WORKLOAD, "--preset", "smoke", "--lake", lake.uri, "--date", DATE]
@@ -392,3 +394,13 @@ def test_fine_tuning_encodes_captions_as_the_pipeline_serves_them(pixel_base):
     pixel.encode_prompt = encode_prompt
     with pytest.raises(ValueError, match=r"IFPipeline\.encode_prompt encodes captions otherwise"):
         Frozen.of(pixel)
+
+
+def test_a_versions_unet_weights_that_do_not_fit_the_base_are_refused_by_name(pixel_base):
+    from aigc.workloads.hf_diffusion.serving import version_unet
+
+    state = load_pipeline(pixel_base).unet.state_dict()
+    assert version_unet(pixel_base, state, torch.bfloat16, "v0001 bf16").dtype == torch.bfloat16
+    dropped = next(iter(state))
+    with pytest.raises(BaseModelError, match=rf"v0001 fp32: its UNet weights do not fit .*missing \['{dropped}'\]"):
+        version_unet(pixel_base, {k: v for k, v in state.items() if k != dropped}, torch.float32, "v0001 fp32")

@@ -153,9 +153,9 @@ def fingerprint(folder: Path) -> dict:
     return fingerprint_of(file_hashes(folder, in_layout, depth=2))  # the index, and a folder per component
 
 
-def load_pipeline(folder: Path, dtype: torch.dtype | None = None):
+def load_pipeline(folder: Path, dtype: torch.dtype | None = None, **components):
     """The base's pipeline (fp32 unless ``dtype``), from safetensors, checked first; progress bars off (a bar per
-    call in every task log)."""
+    call in every task log). ``components`` replace the folder's (``unet=``: a version's own, not read from it)."""
     import diffusers
     import torch
     from diffusers import DiffusionPipeline
@@ -170,7 +170,7 @@ def load_pipeline(folder: Path, dtype: torch.dtype | None = None):
     diffusers_logging.disable_progress_bar()
     hf_logging.disable_progress_bar()  # the text encoder's, loaded by transformers
     pipe = DiffusionPipeline.from_pretrained(str(folder), local_files_only=True, use_safetensors=True,
-                                             dtype=dtype or torch.float32)
+                                             dtype=dtype or torch.float32, **components)
     if type(pipe).__name__ != index["_class_name"]:  # from_pretrained maps a few names; anything else is a surprise
         raise BaseModelError(f"{folder} loaded as {type(pipe).__name__}, not the {index['_class_name']} it names")
     pipe.set_progress_bar_config(disable=True)

@@ -10,8 +10,8 @@ in a lake), checked and loaded as a base is (safetensors only, no code of its ow
   image's seed. The verdicts are what gate 5's alignment and the front's
   paired intervals read.
 * ``FeatureModel`` (``feature_model_uri``, or CLIP's image tower): an image model whose pooled output is the feature
-  torchmetrics' ``FrechetInceptionDistance`` and ``KernelInceptionDistance`` compare (its ``feature`` argument); the
-  features of each pass are kept, so the bootstrap interval of the Fréchet distance reads the same ones.
+  torchmetrics' ``FrechetInceptionDistance`` compares (its ``feature`` argument); the features of its pass are kept,
+  so ``KernelInceptionDistance`` and the bootstrap interval of the Fréchet distance read the same ones.
 * ``SafetyClassifier`` (``safety_model_uri``: an image classifier): the probability of the labels named unsafe
   (``unsafe_labels``) per image.
 
@@ -181,16 +181,14 @@ def _feature_module(folder: Path, clip: bool):
     model, processor = _load(folder, "AutoModel")
 
     class FeatureModel(torch.nn.Module):
-        """(N, 3, H, W) uint8 images → (N, d) features, as torchmetrics' FID and KID call their ``feature``; the last
-        pass is kept (``last``) and served again for the same tensor, so FID and KID read one pass."""
+        """(N, 3, H, W) uint8 images → (N, d) features, as torchmetrics' FID calls its ``feature``; the last pass's
+        are kept (``last``): KID and the FID's interval read the same ones."""
 
         def __init__(self):
             super().__init__()
-            self.model, self.last, self.seen = model, None, None
+            self.model, self.last = model, None
 
         def forward(self, imgs: torch.Tensor) -> torch.Tensor:
-            if self.seen is imgs:
-                return self.last
             batches = []
             with torch.inference_mode():
                 for i in range(0, len(imgs), BATCH):
@@ -198,12 +196,11 @@ def _feature_module(folder: Path, clip: bool):
                     pixels = processor(images=chunk, return_tensors="pt")["pixel_values"]
                     batches.append(_pooled(model.get_image_features(pixel_values=pixels) if clip
                                            else model(pixel_values=pixels)).float())
-            self.seen, self.last = imgs, torch.cat(batches).reshape(len(imgs), -1)
+            self.last = torch.cat(batches).reshape(len(imgs), -1)
             return self.last
 
     module = FeatureModel()
     module.num_features = int(module(torch.zeros(1, 3, 32, 32, dtype=torch.uint8)).shape[-1])
-    module.seen = None
     return module
 
 

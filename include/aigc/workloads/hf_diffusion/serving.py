@@ -15,6 +15,7 @@ not on what it is batched with (to a grey level: batched kernels may round other
 from __future__ import annotations
 
 import inspect
+import json
 from itertools import groupby
 from pathlib import Path
 from typing import NamedTuple
@@ -26,7 +27,8 @@ from safetensors.torch import load as load_safetensors
 from aigc.config.variant_names import variant_parts
 from aigc.registry import variants
 from aigc.workload import Serving
-from aigc.workloads.hf_diffusion.base import DENOISER, BaseModelError, fingerprint, load_pipeline, local_folder
+from aigc.workloads.hf_diffusion.base import DENOISER, BaseModelError, in_layout, load_pipeline, local_folder
+from aigc.workloads.hf_folder import file_hashes
 
 SCHEDULERS = {"ddim": "DDIMScheduler", "euler": "EulerDiscreteScheduler", "dpm": "DPMSolverMultistepScheduler"}
 """A variant's scheduler name → the diffusers class built from the base scheduler's config (its betas, its
@@ -47,10 +49,12 @@ def base_folder_of(card: dict) -> Path:
     the card pinned."""
     d = card["diffusion"]
     folder = local_folder(d["base_uri"])
-    now, pinned = fingerprint(folder)["files"], d["base"]["files"]
-    own = f"{DENOISER}/"  # the version brings its own UNet weights
-    changed = sorted(n for n in pinned if not (n.startswith(own) and n.endswith(".safetensors"))
-                     and now.get(n) != pinned[n])
+
+    def compared(name: str) -> bool:  # the version brings its own UNet weights: the base's are neither read nor hashed
+        return in_layout(name) and not (name.startswith(f"{DENOISER}/") and name.endswith(".safetensors"))
+
+    now, pinned = file_hashes(folder, compared, depth=2), d["base"]["files"]
+    changed = sorted(n for n in pinned if compared(n) and now.get(n) != pinned[n])
     if changed:
         raise BaseModelError(f"the base at {d['base_uri']} is not the one this version was trained from: its "
                              f"{changed[:5]} changed since (sha256 differs from the model card's); restore it, or "
@@ -75,6 +79,24 @@ def swapped(scheduler, name: str):
     return cls.from_config(config, **clipping)
 
 
+def version_unet(folder: Path, state: dict[str, torch.Tensor], dtype: torch.dtype, what: str):
+    """The base's UNet class and config holding a version's weights (``state``), built without weights of its own
+    (the base's are never read: a Stable Diffusion UNet is gigabytes) and given the version's tensors as they are."""
+    import diffusers
+    from accelerate import init_empty_weights
+
+    cls = getattr(diffusers, json.loads((folder / "model_index.json").read_text())[DENOISER][1])
+    with init_empty_weights():
+        unet = cls.from_config(cls.load_config(str(folder / DENOISER)))
+    missing, unexpected = unet.load_state_dict(state, strict=False, assign=True)
+    if missing or unexpected:
+        raise BaseModelError(f"{what}: its UNet weights do not fit the base's UNet (missing {sorted(missing)[:5]}, "
+                             f"unexpected {sorted(unexpected)[:5]})")
+    if unet.dtype != dtype:  # (the variant's tensors came in its precision: a cast only where they did not)
+        unet = unet.to(dtype)
+    return unet.eval()
+
+
 class DiffusionServing(Serving):
     """Prompts → images (B, R, R, 3) uint8 at the version's resolution, by the base pipeline's call with this
     variant's UNet weights, precision, steps and scheduler."""
@@ -83,11 +105,9 @@ class DiffusionServing(Serving):
         d = card["diffusion"]
         encoding, steps, scheduler = variant_parts(variant)
         state, dtype = variants.decode(encoding, load_safetensors(data))
-        self.pipe = load_pipeline(base_folder_of(card), dtype)
-        missing, unexpected = self.pipe.unet.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise BaseModelError(f"version {version} {variant}: its UNet weights do not fit the base's UNet (missing "
-                                 f"{sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})")
+        folder = base_folder_of(card)
+        unet = version_unet(folder, state, dtype, f"version {version} {variant}")
+        self.pipe = load_pipeline(folder, dtype, unet=unet)
         if scheduler:
             self.pipe.scheduler = swapped(self.pipe.scheduler, SCHEDULERS[scheduler])
         self.pipe.to(device)
