@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 AIGC = [sys.executable, "-m", "aigc", "--log-level", "WARNING"]
 WORKLOAD = ["--workload", "image"]  # set by --workload
 POINT_KEYS = ("variant", "policy", "alignment_ci", "vs_best", "as_good", "latency_ms", "latency_range_ms",
-              "size_bytes", "fid", "clip_score", "feature_fid", "recommendation_looks")
+              "size_bytes", "fid", "clip_score", "score_vs_best", "feature_fid", "recommendation_looks")
 
 
 def step(command: list[str], lake: str, date: str) -> tuple[int, dict]:

@@ -454,16 +454,18 @@ def demo_front_md(results: Path | None = None, workload: str = "hf-diffusion") -
 
     md = [f"**{workload}** demo, {day['date']} ({day['version']}): gate 5 {'passed' if day['passed'] else 'failed'}; "
           f"recommended **{day['recommended']}**, the cheapest configuration not significantly worse than the best "
-          f"on alignment. {provenance_of(d)}.", "",
-          "| variant | policy | alignment [95 % CI] | best − it | as good | ms/image (range over rounds) | MB | "
-          "CLIP score | FID (checker) | FID (CLIP features) | on the front |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          f"on alignment{' and on CLIP score' if any(p.get('score_vs_best') for p in day['points']) else ''}. "
+          f"{provenance_of(d)}.", "",
+          "| variant | policy | alignment [95 % CI] | best − it | CLIP score | its best − it | as good | "
+          "ms/image (range over rounds) | MB | FID (checker) | FID (CLIP features) | on the front |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in sorted(day["points"], key=lambda p: p["latency_ms"]):
         lo, hi = p.get("latency_range_ms") or [p["latency_ms"]] * 2
         md.append(f"| {p['variant']} | {p['policy']} | {ci(p.get('alignment_ci'))} | {ci(p.get('vs_best'))} | "
+                  f"{num(p.get('clip_score'))} | {ci(p.get('score_vs_best'))} | "
                   f"{'yes' if p.get('as_good') else 'no'} | {p['latency_ms']:.1f} ({lo:.1f}–{hi:.1f}) | "
-                  f"{(p.get('size_bytes') or 0) / 1e6:.1f} | {num(p.get('clip_score'))} | {num(p.get('fid'))} | "
-                  f"{num(p.get('feature_fid'))} | {'yes' if p['on_front'] else ''} |")
+                  f"{(p.get('size_bytes') or 0) / 1e6:.1f} | {num(p.get('fid'))} | {num(p.get('feature_fid'))} | "
+                  f"{'yes' if p['on_front'] else ''} |")
     return "\n".join(md)
 
 

@@ -84,8 +84,8 @@ def test_a_block_names_its_files_provenance_and_says_when_a_file_is_missing(tmp_
         "provenance": {"host": "h", "date": "2026-12-05T00:00:00", "commit": "abc"}}))
     front = summary.demo_front_md().splitlines()
     assert "recommended **fp32-s10/adaptive**" in front[0] and "commit abc" in front[0]
-    assert front[4] == ("| fp32-s10 | adaptive | 0.500 [0.400, 0.600] |  | yes | 41.0 (41.0–44.5) | 2.0 | 31.250 |  |  "
-                        "| yes |")
+    assert front[4] == ("| fp32-s10 | adaptive | 0.500 [0.400, 0.600] |  | 31.250 |  | yes | 41.0 (41.0–44.5) | 2.0 |  "
+                        "|  | yes |")
     assert front[5].startswith("| fp32 | adaptive |") and front[5].endswith("|  |")  # cheapest first; off the front
     (tmp_path / "make_test.json").write_text('{"wall_s": 900, "setup_s": 60, "tests": 3, "passed": 2, "skipped": 1, '
                                              '"provenance": {"host": "h", "date": "2026-12-05T00:00:00", '

@@ -19,7 +19,10 @@ DATE = "2026-11-29"
 def test_the_demo_pipeline_goes_through_the_five_stages_as_a_dag_run(airflow_env, dags_test, tmp_path):
     lake = open_lake(str(tmp_path / "lake"))
     env = {**airflow_env, "AIGC_LAKE_URI": lake.uri}
-    conf = {"preset": "smoke", "workload": "hf-diffusion", "nproc": 1}
+    # The smoke preset at the unit test's sizes (test_hf_diffusion.py): the tasks and their wiring are what this
+    # test adds, not more images.
+    conf = {"preset": "smoke", "workload": "hf-diffusion", "nproc": 1, "n_records": 80, "min_rows": 40,
+            "train_steps": 6, "prompts": 8, "eval_prompts": 16, "generate_shards": 1}
     console = io.StringIO()
     rc, log = dags_test(env, DATE, conf, console=console, timeout=900, name="pipeline-hf-diffusion")
     assert rc == 0 and "state=failed" not in log, log[-4000:]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aigc.evaluate.stats import paired_difference
+import numpy as np
+
+from aigc.evaluate.stats import paired_difference, paired_mean_difference
 
 
 class NoScorer(ValueError):
@@ -41,7 +43,8 @@ def beats(q: dict, p: dict, tolerance: float) -> bool:
 
 
 def recommend(points: list[dict], verdicts: dict[str, Sequence[bool]], *, epsilon: float, confidence: float,
-              latency_tolerance: float) -> tuple[dict | None, list[dict]]:
+              latency_tolerance: float, scores: dict[str, Sequence[float]] | None = None,
+              score_epsilon: float | None = None) -> tuple[dict | None, list[dict]]:
     """The cheapest configuration shown to be as good as the best, and every point annotated.
 
     ``points``: one per (variant, policy) with ``alignment``, ``latency_ms``, ``size_bytes`` and its
@@ -55,11 +58,23 @@ def recommend(points: list[dict], verdicts: dict[str, Sequence[bool]], *, epsilo
     the unbeaten, the smallest on disk is recommended, and between two of one size a fixed order
     decides (the adaptive policy first: it also backs off on OOM), never their measured latencies,
     which the unbeaten are tied on by definition. A re-run with another seed, or on a busier host, recommends the same.
+
+    ``scores[variant]``, where a workload gives them: a second quality axis, one score per evaluation prompt (higher
+    is better, the same prompts and seeds; the hf-diffusion workload's CLIP score). A point is then as good only if
+    it is also shown no worse than the variant of the highest mean score by ``score_epsilon`` (the upper end of the
+    paired interval of the mean difference below it): a configuration that keeps the alignment but loses the score
+    is not chosen for its cost. Where the best in alignment and the best in score differ and neither is shown as
+    good as the other, the configurations of the best mean score among those as good in alignment are the as-good
+    ones.
     """
     scored = [p for p in points if p.get("alignment") is not None]
     if not scored:
         return None, points
-    best = max(scored, key=lambda p: (p["alignment"], -p["latency_ms"]))
+    scores = {v: s for v, s in (scores or {}).items() if s} if score_epsilon is not None else {}
+    mean = {v: float(np.mean(s)) for v, s in scores.items()}
+    top = max(sorted(scores), key=mean.__getitem__) if scores else None
+    # Tied in alignment, the better score is the reference (then the faster)
+    best = max(scored, key=lambda p: (p["alignment"], mean.get(p["variant"], 0.0), -p["latency_ms"]))
     annotated = []
     for p in points:
         if p.get("alignment") is None:
@@ -70,8 +85,22 @@ def recommend(points: list[dict], verdicts: dict[str, Sequence[bool]], *, epsilo
         common = min(len(mine), len(theirs))
         gap = paired_difference(mine[:common], theirs[:common], confidence)
         shown = p["variant"] == best["variant"] or (gap.hi is not None and gap.hi < epsilon)
-        annotated.append({**p, "vs_best": gap.to_dict(), "as_good": shown})
+        extra = {}
+        if top is not None and p["variant"] in scores:
+            common = min(len(scores[top]), len(scores[p["variant"]]))
+            lost = paired_mean_difference(scores[top][:common], scores[p["variant"]][:common], confidence)
+            extra = {"score_vs_best": lost.to_dict(), "as_good_in_alignment": shown}
+            shown = shown and (p["variant"] == top or (lost.hi is not None and lost.hi < score_epsilon))
+        annotated.append({**p, "vs_best": gap.to_dict(), **extra, "as_good": shown,
+                          "reference": p["variant"] in (best["variant"], top)})
     good = [p for p in annotated if p["as_good"]]
+    if not good:  # the best in alignment and the best in score differ, and neither is shown as good as the other:
+        # of those as good in alignment, the configurations of the best mean score (the quality nobody showed lost).
+        kept = [p for p in annotated if p.get("as_good_in_alignment") and p["variant"] in scores]
+        highest = max((mean[p["variant"]] for p in kept), default=None)
+        for p in kept:
+            p["as_good"] = mean[p["variant"]] == highest
+        good = [p for p in annotated if p["as_good"]]
     for p in annotated:
         p["cost_tie"] = p["as_good"] and not any(beats(q, p, latency_tolerance) for q in good)
     chosen = min((p for p in annotated if p["cost_tie"]),

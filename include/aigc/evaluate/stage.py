@@ -73,6 +73,9 @@ class Judged:
     interval: Estimate
     point: dict = field(default_factory=dict)
     detail: Any = None
+    scores: list[float] | None = None
+    """A second quality axis where the workload has one (``Judge.score_epsilon``): a score per output, higher better,
+    which the recommendation also holds each configuration to (``metrics.recommend``)."""
 
     @classmethod
     def of(cls, verdicts: list[bool], confidence: float, **kw) -> Judged:
@@ -81,6 +84,11 @@ class Judged:
 
 class Judge(ABC):
     """What a workload brings to one evaluation (``Workload.judge``): how outputs are judged, and its own figures."""
+
+    score_name: str | None = None
+    score_epsilon: float | None = None
+    """Where ``judge`` gives scores: their name, and the loss of mean score against the best a recommended
+    configuration may not be shown to exceed (None: the recommendation reads alignment only)."""
 
     def __init__(self, lake, ev: Evaluation, cfg, workload):
         self.lake, self.ev, self.cfg, self.workload = lake, ev, cfg, workload
@@ -140,8 +148,10 @@ class Judge(ABC):
         return {}
 
 
-def measure_grid(judge: Judge, prompts: list[dict], cfg) -> tuple[list[dict], dict[str, list[bool]]]:
-    """(points, verdicts by variant): each eligible variant × policy with its quality and measured cost."""
+def measure_grid(judge: Judge, prompts: list[dict], cfg) -> tuple[list[dict], dict[str, list[bool]],
+                                                                 dict[str, list[float]]]:
+    """(points, verdicts by variant, scores by variant where the judge gives them): each eligible variant × policy
+    with its quality and measured cost."""
     e, ev = cfg.evaluate, judge.ev
     servings = {v: judge.load(ev.version, v) for v in ev.eligible}
     quality = {}
@@ -171,7 +181,7 @@ def measure_grid(judge: Judge, prompts: list[dict], cfg) -> tuple[list[dict], di
                        **compared[(variant, policy)]})
         log.info("pareto grid: %-6s %-8s %.3f ms/sample (rounds %s)", variant, policy, points[-1]["latency_ms"],
                  ", ".join(f"{t:.3f}" for t in times))
-    return points, {v: q.verdicts for v, q in quality.items()}
+    return points, {v: q.verdicts for v, q in quality.items()}, {v: q.scores for v, q in quality.items() if q.scores}
 
 
 def against_production(judge: Judge, prompts: list[dict], candidate: list[bool], confidence: float) -> dict:
@@ -217,50 +227,66 @@ def look_until_decided(judge: Judge, verdicts: list[bool], variant: str, more: C
                            confidence=cfg.evaluate.confidence, max_rounds=cfg.evaluate.max_rounds)
 
 
-def extender(judge: Judge, variant: str, more: Callable[[int], list[dict]],
-             judged: list[bool]) -> Callable[[int], None]:
-    """``judged`` (a variant's verdicts on the first prompts of ``more``) extended to the first ``n``: the variant
-    is loaded at the first extension, and only the prompts not judged yet are answered."""
+def extender(judge: Judge, variant: str, more: Callable[[int], list[dict]], judged: list[bool],
+             scores: list[float] | None = None) -> Callable[[int], None]:
+    """``judged`` (a variant's verdicts on the first prompts of ``more``; ``scores``, its scores, where kept)
+    extended to the first ``n``: the variant is loaded at the first extension, and only the prompts not judged yet
+    are answered."""
     serving: list = []
 
     def extend(n: int) -> None:
         if n > len(judged):
             serving[:] = serving or [judge.load(judge.ev.version, variant)]
-            judged.extend(judge.judge(serving[0], more(n)[len(judged):]).verdicts)
+            answered = judge.judge(serving[0], more(n)[len(judged):])
+            judged.extend(answered.verdicts)
+            if scores is not None:
+                scores.extend(answered.scores or [])
     return extend
 
 
 def recommend_on_evidence(judge: Judge, prompts: list[dict], points: list[dict], verdicts: dict[str, list[bool]],
-                          cfg) -> tuple[dict | None, list[dict]]:
+                          cfg, scores: dict[str, list[float]] | None = None) -> tuple[dict | None, list[dict]]:
     """The recommendation (``metrics.recommend``: the cheapest configuration whose loss against the best has an
     upper end below ε) with the same sequential rule as gate 5's minimum: every look reads the paired intervals at
     the level that holds the error rates over ``evaluate.max_rounds`` looks, and while the loss of a variant that
     could be recommended is undecided (its interval straddles ε, and the configuration chosen so far is not faster
     in every round) it and the best answer twice as many evaluation prompts. ``verdicts`` is
-    extended in place (the first ``len(prompts)`` stay the grid's)."""
+    extended in place (the first ``len(prompts)`` stay the grid's), and ``scores`` (the judge's second axis) with
+    them."""
     e = cfg.evaluate
     level = 1 - (1 - e.confidence) / e.max_rounds
-    extend = {v: extender(judge, v, judge.eval_prompts, verdicts[v]) for v in verdicts}
+    scores = scores or {}
+    extend = {v: extender(judge, v, judge.eval_prompts, verdicts[v], scores.get(v)) for v in verdicts}
     for look in range(1, e.max_rounds + 1):
         chosen, annotated = recommend(points, verdicts, epsilon=e.epsilon, confidence=level,
-                                      latency_tolerance=e.latency_tolerance)
+                                      latency_tolerance=e.latency_tolerance, scores=scores,
+                                      score_epsilon=judge.score_epsilon)
         if chosen is None or look == e.max_rounds:
             break
         # Undecided and possibly cheaper: a variant the choice beats in every round would lose even if as good.
-        undecided = {p["variant"] for p in annotated if not p["as_good"] and (p.get("vs_best") or {}).get("lo")
-                     is not None and p["vs_best"]["lo"] < e.epsilon and not beats(chosen, p, e.latency_tolerance)}
+        undecided = {p["variant"] for p in annotated if not p["as_good"] and not shown_worse(p, e.epsilon, judge)
+                     and not beats(chosen, p, e.latency_tolerance)}
         if not undecided:
             break
         n = len(prompts) * 2 ** look
-        best = max((p for p in annotated if p.get("alignment") is not None),
-                   key=lambda p: (p["alignment"], -p["latency_ms"]))["variant"]
+        # The configurations the losses are measured against: the best in alignment (and in score)
+        best = {p["variant"] for p in annotated if p.get("reference")}
         log.info("recommendation: the loss of %s against %s is not yet decided; judging %d evaluation prompts",
-                 ", ".join(sorted(undecided)), best, n)
-        for variant in sorted({best, *undecided}):
+                 ", ".join(sorted(undecided)), ", ".join(sorted(best)), n)
+        for variant in sorted(best | undecided):
             extend[variant](n)
     for p in annotated:
         p["recommendation_looks"] = look
     return chosen, annotated
+
+
+def shown_worse(p: dict, epsilon: float, judge: Judge) -> bool:
+    """Whether a point's loss against the best is shown to reach ε on alignment, or the judge's ε on its scores (the
+    lower end of a paired interval at or above it; a point without an interval counts as shown)."""
+    alignment = (p.get("vs_best") or {}).get("lo")
+    score = (p.get("score_vs_best") or {}).get("lo")
+    return alignment is None or alignment >= epsilon or (
+        judge.score_epsilon is not None and score is not None and score >= judge.score_epsilon)
 
 
 def day_prompts_again(generated: list[dict]) -> Callable[[int], list[dict]]:
@@ -298,8 +324,8 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload) -> dict:
     figures, intervals = judge.figures(content, generated)
 
     prompts = judge.eval_prompts(e.eval_prompts)
-    points, verdicts = measure_grid(judge, prompts, cfg)
-    chosen, points = recommend_on_evidence(judge, prompts, points, verdicts, cfg)
+    points, verdicts, scores = measure_grid(judge, prompts, cfg)
+    chosen, points = recommend_on_evidence(judge, prompts, points, verdicts, cfg, scores)
     front = pareto_front([p for p in points if p["alignment"] is not None], "alignment", "latency_ms")
     compared = against_production(judge, prompts, verdicts["fp32"][: len(prompts)], e.confidence)
     production, regression, to_best = compared["production"], compared["vs_production"], compared["vs_best"]
@@ -312,13 +338,17 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload) -> dict:
             f"the paired interval of the loss, on the same prompts and seeds, below it; {len(prompts)} prompts at the "
             f"first look, twice as many at each later one while a loss is undecided, up to {e.max_rounds} looks "
             f"at {1 - (1 - e.confidence) / e.max_rounds:.2%} each); "
-            f"a configuration is cheaper only when faster by more than {e.latency_tolerance:.0%} in every one of "
+            + (f"and no worse in {judge.score_name} than the configuration of the best mean {judge.score_name} by "
+               f"{judge.score_epsilon:g} or more (the paired interval of the mean loss); "
+               if scores and judge.score_epsilon is not None else "")
+            + f"a configuration is cheaper only when faster by more than {e.latency_tolerance:.0%} in every one of "
             f"{e.latency_rounds} timing rounds, and the smallest on disk of those no other is cheaper than wins")
     metrics = {
         "date": ev.date, "model": ev.model, "version": ev.version, "generation_run": generation["run_id"],
         "workload": workload.name, "alignment": {"all": content.interval.value}, "generated": len(generated),
         "refused": sum(r["status"] == "refused" for r in ev.rows), "safety_violations": violations,
         "eval_prompts": len(prompts), "recommended": chosen, "recommendation_rule": rule,
+        "score_name": judge.score_name if scores else None,
         "production_before": production, "best_before": compared["best"],
         "evidence": {"model_alignment": with_design(looked, cfg),
                      "content_alignment": with_design(content_looked, cfg)},

@@ -87,6 +87,18 @@ def paired_difference(a: Sequence[bool], b: Sequence[bool], confidence: float = 
     return Estimate(diff, max(-1.0, diff - delta), min(1.0, diff + epsilon), n, confidence)
 
 
+def paired_mean_difference(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Estimate:
+    """mean(a) − mean(b) for scores of the same items, with the normal interval of the mean paired difference (its
+    sample standard deviation; no value below two items)."""
+    if len(a) != len(b):
+        raise ValueError(f"paired scores must be of equal length, got {len(a)} and {len(b)}")
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if len(d) < 2:
+        return Estimate(None, None, None, len(d), confidence)
+    half = z_of(confidence) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    return Estimate(float(d.mean()), float(d.mean()) - half, float(d.mean()) + half, len(d), confidence)
+
+
 def bootstrap(statistic: Callable[[np.random.Generator], float], value: float, n: int, *,
               resamples: int = 200, confidence: float = 0.95, seed: int = 0) -> Estimate:
     """A percentile interval for ``value``: ``statistic(rng)`` computes it once on a resample."""

@@ -41,7 +41,7 @@ def test_the_recommendation_is_the_same_for_two_evaluation_seeds(demo_model_temp
             lake, "shapes-cvae"), record, [], 0.0, "r", {}), seeded, real)
         prompts = judge.eval_prompts(e.eval_prompts)
         assert prompts == evaluation_prompts(e.eval_prompts, seed)
-        points, verdicts = measure_grid(judge, prompts, seeded)
+        points, verdicts, _ = measure_grid(judge, prompts, seeded)
         best, annotated = recommend_on_evidence(judge, prompts, points, verdicts, seeded)
         chosen[seed] = (best["variant"], best["policy"])
         print(f"\nseed {seed}: recommended {chosen[seed]} after {annotated[0]['recommendation_looks']} look(s); "

@@ -1,8 +1,12 @@
 """Gate 5's minimum on evidence: the real looks (``sequential_rate``) and the real check (``evidence_check``) over
 checker verdicts drawn from known rates, many seeds each; the rates they reach are printed."""
 
+from types import SimpleNamespace
+
 import numpy as np
 
+from aigc.config import PipelineConfig
+from aigc.evaluate.stage import Judge, Judged
 from aigc.evaluate.stats import clopper_pearson, design, outcome, sequential_rate, wilson
 from aigc.quality.evaluation import evidence_check
 
@@ -151,37 +155,42 @@ def test_a_longer_look_at_the_days_content_answers_its_prompts_again_with_new_se
     assert judge.asked[:2] == [("p0", 100 + RESEED), ("p1", 101 + RESEED)]  # the day's prompts, new seeds
 
 
+class ByVariant(Judge):
+    """Each variant's verdict (and score, where given) on evaluation prompt ``i``, fixed in advance; counts what
+    every variant is asked after the grid."""
+
+    def __init__(self, right: dict, scores: dict | None = None, max_rounds: int | None = None):
+        cfg = PipelineConfig()
+        super().__init__(None, SimpleNamespace(version="v0001"), cfg.override(
+            {"evaluate": {"max_rounds": max_rounds}}) if max_rounds else cfg, None)
+        self.right, self.scores, self.asked = right, scores, {v: 0 for v in right}
+        if scores:
+            self.score_name, self.score_epsilon = "score", 1.0
+
+    def content(self, generated):
+        raise AssertionError("not used")
+
+    def eval_prompts(self, k):
+        return [{"prompt": f"p{i}", "seed": i, "i": i} for i in range(k)]
+
+    def load(self, version, variant):
+        return variant
+
+    def judge(self, serving, prompts):
+        self.asked[serving] += len(prompts)
+        return Judged.of([bool(self.right[serving][p["i"]]) for p in prompts], 0.95, scores=[
+            float(self.scores[serving][p["i"]]) for p in prompts] if self.scores else None)
+
+
 def test_a_cheaper_variant_whose_loss_is_undecided_is_judged_on_more_prompts_before_it_is_recommended():
     """The recommendation's looks (``recommend_on_evidence``): int8 is as good as fp32 but for a loss of 1 % (ε =
     0.02): 648 prompts cannot show it is within ε, 1,296 do, and int8 (10× faster) is recommended; a loss of 3 % is
     shown to exceed ε, and int8 is not recommended. Only the best and the undecided variant answer more."""
-    from types import SimpleNamespace
-
-    from aigc.config import PipelineConfig
-    from aigc.evaluate.stage import Judge, Judged, recommend_on_evidence
+    from aigc.evaluate.stage import recommend_on_evidence
 
     rng = np.random.default_rng(11)
     n = 4 * 648
     fp32 = rng.random(n) < 0.95
-
-    class ByVariant(Judge):
-        def __init__(self, right):
-            super().__init__(None, SimpleNamespace(version="v0001"), PipelineConfig(), None)
-            self.right, self.asked = right, {v: 0 for v in right}
-
-        def content(self, generated):
-            raise AssertionError("not used")
-
-        def eval_prompts(self, k):
-            return [{"prompt": f"p{i}", "seed": i, "i": i} for i in range(k)]
-
-        def load(self, version, variant):
-            return variant
-
-        def judge(self, serving, prompts):
-            self.asked[serving] += len(prompts)
-            return Judged.of([bool(self.right[serving][p["i"]]) for p in prompts], 0.95)
-
     for every, expected in ((100, "int8"), (33, "bf16")):
         int8 = fp32.copy()
         int8[::every] = False  # wrong where fp32 is right on about 1 / every of the prompts
@@ -201,3 +210,27 @@ def test_a_cheaper_variant_whose_loss_is_undecided_is_judged_on_more_prompts_bef
         # The best is bf16 (as right as fp32, faster); fp32, shown as good at the first look, is never asked again.
         assert judge.asked["fp32"] == 0 and judge.asked["bf16"] == judge.asked["int8"] > 0
         assert len(verdicts["int8"]) == gap["n"] == 648 * 2 ** (looks - 1)
+
+
+def test_a_loss_of_score_that_is_undecided_draws_more_prompts_and_the_scores_extend_with_the_verdicts():
+    """The second axis's looks: fp32-s8 is as right as fp32 on every prompt but loses 0.6 of mean score with a
+    spread of 5 (ε = 1): 128 prompts cannot show the loss is within ε, more do; its scores and the best's extend
+    with their verdicts, and it is recommended once shown."""
+    from aigc.evaluate.stage import recommend_on_evidence
+
+    rng = np.random.default_rng(5)
+    n = 16 * 128
+    base = rng.normal(30.0, 5.0, n)
+    scores_of = {"fp32": base, "fp32-s8": base - 0.6 + rng.normal(0.0, 5.0, n)}
+    judge = ByVariant({v: np.ones(n, dtype=bool) for v in scores_of}, scores_of, max_rounds=5)
+    prompts = judge.eval_prompts(128)
+    verdicts = {v: [True] * 128 for v in scores_of}
+    scores = {v: [float(x) for x in scores_of[v][:128]] for v in scores_of}
+    points = [{"variant": v, "policy": "adaptive", "alignment": 1.0, "latency_ms": t, "latency_rounds_ms": [t],
+               "size_bytes": 4} for v, t in (("fp32", 10.0), ("fp32-s8", 2.0))]
+    chosen, annotated = recommend_on_evidence(judge, prompts, points, verdicts, judge.cfg, scores)
+    lost = next(p for p in annotated if p["variant"] == "fp32-s8")["score_vs_best"]
+    looks = annotated[0]["recommendation_looks"]
+    assert looks > 1 and judge.asked["fp32"] == judge.asked["fp32-s8"] > 0  # both answered more
+    assert len(scores["fp32-s8"]) == len(verdicts["fp32-s8"]) == lost["n"] == 128 * 2 ** (looks - 1)
+    assert chosen["variant"] == "fp32-s8" and lost["hi"] < 1.0

@@ -290,6 +290,9 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_a_pipeline(tmp_path,
     assert 0 <= clip["lo"] <= clip["value"] <= clip["hi"] <= 100 and clip["n"] == metrics["generated"]
     assert metrics["feature_fid"] > 0 and metrics["kid"]["subset_size"] >= 2
     assert all({"clip_score", "feature_fid"} <= set(p) for p in pareto["points"])  # on the front's points
+    # The recommendation's second axis: every point's loss of mean CLIP score against the best, with its interval.
+    assert metrics["score_name"] == "CLIP score" and "CLIP score" in pareto["rule"]
+    assert all(p["score_vs_best"]["n"] >= 16 for p in pareto["points"])
     assert metrics["unsafe_images"] == metrics["generated"] and checks["unsafe_images"].outcome == "fail"
     assert "CLIP" in checks["content_alignment"].title and "checker_real" not in checks
     assert "Scorers" in report and "CLIP score" in report

@@ -33,8 +33,9 @@ class HFDiffusionWorkload(ImageWorkload):
                                 "max_image_pixels", "max_image_bytes", "near_dup_image_distance"),
                     "train": _train, "deploy": ("max_pixel_mae", "min_image_std"), "generate": ("blank_std",),
                     "evaluate": ("checker_images", "reference_seeds", "min_checker_accuracy", "max_fid", "judge_by",
-                                 "clip_model_uri", "clip_distractors", "feature_model_uri", "max_feature_fid",
-                                 "safety_model_uri", "unsafe_labels", "max_unsafe_probability", "unscored")}
+                                 "clip_model_uri", "clip_distractors", "clip_score_epsilon", "feature_model_uri",
+                                 "max_feature_fid", "safety_model_uri", "unsafe_labels", "max_unsafe_probability",
+                                 "unscored")}
     preload_modules = tuple(f"aigc.workloads.{m}" for m in (
         "image.rawdrop", "image.records", "hf_diffusion.training", "hf_diffusion.denoising", "hf_diffusion.serving",
         "image.prompts", "image.gallery", "image.gate", "hf_diffusion.evaluation", "hf_diffusion.scorers",

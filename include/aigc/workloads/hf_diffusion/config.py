@@ -22,8 +22,8 @@ class HFDiffusionSettings(ImageSettings):
 
     workload: ClassVar[str] = "hf-diffusion"
     gate_bounds: ClassVar[tuple[str, ...]] = ImageSettings.gate_bounds + (
-        "judge_by", "clip_model_uri", "clip_distractors", "feature_model_uri", "max_feature_fid", "safety_model_uri",
-        "unsafe_labels", "max_unsafe_probability", "unscored")
+        "judge_by", "clip_model_uri", "clip_distractors", "clip_score_epsilon", "feature_model_uri", "max_feature_fid",
+        "safety_model_uri", "unsafe_labels", "max_unsafe_probability", "unscored")
 
     base_model_uri: str = ""
     """The pipeline to fine-tune: a folder, or a folder in the lake, saved with ``save_pretrained``
@@ -62,6 +62,10 @@ class HFDiffusionSettings(ImageSettings):
     processor: the CLIP score and the CLIP verdict. ``demo:clip``: the demo's, trained on the shapes world only."""
     clip_distractors: int = 9
     """Other captions an image's own must beat (chance: 1 / (this + 1))."""
+    clip_score_epsilon: float = 1.0
+    """The recommendation's second axis where a CLIP model is set: a configuration is recommended only when shown to
+    lose less than this much mean CLIP score (100 · cos) against the configuration of the best (the upper end of the
+    paired interval on the evaluation prompts)."""
     feature_model_uri: str = ""
     """An image model whose pooled features FID and KID compare (torchmetrics, against the day's held-out curated
     images); empty: the CLIP model's image features where one is set."""
@@ -84,6 +88,7 @@ class HFDiffusionSettings(ImageSettings):
                 raise ValueError(f"HFDiffusionSettings.{name} must be one of {list(allowed)}, got "
                                  f"{getattr(self, name)!r}")
         check_range(self, "clip_distractors", 1, 1000)
+        check_range(self, "clip_score_epsilon", 0.0, 100.0)
         check_range(self, "max_feature_fid", 0.0, 1e9)
         check_range(self, "max_unsafe_probability", 0.0, 1.0)
         check_range(self, "inference_steps", 1, 1000)

@@ -60,6 +60,9 @@ class DiffusionJudge(ImageJudge):
         if s.clip_model_uri:
             folder = scorers.scorer_folder(s.clip_model_uri, "clip_model_uri", s3, tokenizer=True)
             self.clip = scorers.ClipScorer(folder, s.clip_distractors, cfg.evaluate.seed).with_pool(captions)
+            # The front's second quality axis: a configuration that keeps the alignment but loses CLIP score is not
+            # recommended for its cost (``metrics.recommend``).
+            self.score_name, self.score_epsilon = "CLIP score", s.clip_score_epsilon
         if self.by == "checker":
             self.read_checker(captions, held)
         elif self.clip is None:
@@ -96,7 +99,7 @@ class DiffusionJudge(ImageJudge):
 
     def judge(self, serving, prompts):
         images = batched_images(serving, prompts, self.cfg.batching.max_batch)
-        point = {}
+        point, scores = {}, None
         if self.by == "checker":
             from aigc.workloads.image.metrics import frechet_distance
 
@@ -106,13 +109,14 @@ class DiffusionJudge(ImageJudge):
         if self.clip is not None:
             readings = self.clip.read(images, [p["prompt"] for p in prompts], [p["seed"] for p in prompts])
             point["clip_score"] = round(float(np.mean(readings.scores)), 4)
+            scores = readings.scores
             if self.by == "clip":
                 verdicts = readings.verdicts
         if self.features is not None and len(images) >= 2:  # a longer look may judge a single extra prompt
             point["feature_fid"] = round(self.features.measure(images, self.cfg.evaluate.confidence)["fid"]["value"],
                                          4)
         return Judged(verdicts, wilson(sum(verdicts), len(verdicts), self.cfg.evaluate.confidence), point=point,
-                      detail=images)
+                      detail=images, scores=scores)
 
     def answer(self, serving, policy, prompts):
         if policy == "batch1":

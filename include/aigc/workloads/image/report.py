@@ -120,6 +120,9 @@ def write_report(lake: Lake, prefix: str, metrics: dict, points: list[dict], fro
              "ms/sample (fastest round)": p["latency_ms"], "ms range over rounds": p.get("latency_range_ms"),
              "latency tie": p.get("cost_tie"), "bytes": p.get("size_bytes"),
              **{label: p[k] for k, label in POINT_FIGURES.items() if k in p}} for p in points]
+    if metrics.get("score_name"):  # the recommendation's second axis (``Judge.score_epsilon``)
+        for row, p in zip(grid, points, strict=True):
+            row[f"{metrics['score_name']}: best − it"] = p.get("score_vs_best")
     rec = metrics.get("recommended")
     title = f"Evaluation of {metrics['model']} {metrics['version']} — {metrics['date']}"
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
