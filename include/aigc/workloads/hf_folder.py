@@ -3,6 +3,7 @@ kept in a lake, and the hashes that pin a folder's files.
 
 * ``refuse_hub_id``: nothing is downloaded while the pipeline runs, so a name that looks like a Hub id
   (``org/model``) and is no folder gets a message saying to download it once and pass the folder.
+* ``checked_folder``: the local folder a base's or a scorer's location names, checked by the folder's own rules.
 * ``materialise``: a folder in a lake (``s3://…``, ``file://…``) is copied once into this machine's cache
   (``cache_root``: ``AIGC_HF_CACHE``, default ``~/.cache/aigc/hf-bases``, which also holds the demo bases), keyed
   by its listing (names, sizes, versions; a file replaced there is copied again), so every process of a run loads
@@ -108,6 +109,20 @@ def materialise(source: Lake, where: str, keep: Callable[[str], bool], check: Ca
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def checked_folder(uri: str, s3, keep: Callable[[str], bool], check: Callable[[Path, str], object]) -> Path:
+    """The local folder ``uri`` names, passed through ``check`` (a folder's own rules): a folder in a lake is copied
+    once (``materialise``, its keys that ``keep`` names; read with ``s3``, else the standard AWS variables); a name
+    that is no folder but looks like a Hub id is refused with what to do."""
+    if is_lake_uri(uri):
+        from aigc.lake import open_lake
+
+        return materialise(open_lake(uri, s3), uri, keep, check)
+    refuse_hub_id(uri)
+    folder = Path(uri).expanduser()
+    check(folder, uri)
+    return folder.resolve()
 
 
 @cache

@@ -25,15 +25,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aigc.workloads.hf_folder import (
-    PICKLES,
-    BaseModelError,
-    file_hashes,
-    fingerprint_of,
-    is_lake_uri,
-    materialise,
-    refuse_hub_id,
-)
+from aigc.workloads.hf_folder import PICKLES, BaseModelError, checked_folder, file_hashes, fingerprint_of
 
 # Read once, when huggingface_hub is imported: no call to the Hub, even by a path that would look for a newer file.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -138,14 +130,7 @@ def local_folder(uri: str, demo_architecture: str = "pixel", s3: S3Options | Non
         from aigc.workloads.hf_diffusion.demo_base import demo_folder
 
         return demo_folder(demo_architecture)
-    if is_lake_uri(uri):
-        from aigc.lake import open_lake
-
-        return materialise(open_lake(uri, s3), uri, in_layout, check_folder)
-    refuse_hub_id(uri)
-    folder = Path(uri).expanduser()
-    check_folder(folder, uri)
-    return folder.resolve()
+    return checked_folder(uri, s3, in_layout, check_folder)
 
 
 def fingerprint(folder: Path) -> dict:

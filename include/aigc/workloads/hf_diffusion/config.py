@@ -83,7 +83,8 @@ class HFDiffusionSettings(ImageSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name, allowed in (("judge_by", JUDGES), ("unscored", UNSCORED)):
+        for name, allowed in (("judge_by", JUDGES), ("unscored", UNSCORED), ("demo_architecture", ARCHITECTURES),
+                              ("finetune", FINETUNE)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"HFDiffusionSettings.{name} must be one of {list(allowed)}, got "
                                  f"{getattr(self, name)!r}")
@@ -98,11 +99,6 @@ class HFDiffusionSettings(ImageSettings):
             if not isinstance(value, str) or len(value) > 1000:
                 raise ValueError(f"HFDiffusionSettings.{name} must be a string of at most 1000 characters (a folder "
                                  f"or lake URI), got {value!r}")
-        if self.demo_architecture not in ARCHITECTURES:
-            raise ValueError(f"HFDiffusionSettings.demo_architecture must be one of {list(ARCHITECTURES)}, got "
-                             f"{self.demo_architecture!r}")
-        if self.finetune not in FINETUNE:
-            raise ValueError(f"HFDiffusionSettings.finetune must be one of {list(FINETUNE)}, got {self.finetune!r}")
         check_range(self, "lora_rank", 1, 4096)
         check_range(self, "lora_alpha", 1e-3, 1e6)
         check_range(self, "caption_dropout", 0.0, 1.0)

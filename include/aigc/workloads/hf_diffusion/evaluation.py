@@ -84,7 +84,8 @@ class DiffusionJudge(ImageJudge):
     def content(self, generated):
         if self.by == "checker":
             return super().content(generated)
-        images, readings = self._clip_read([_decode(r["image"]) for r in generated], generated)
+        images = [_decode(r["image"]) for r in generated]
+        readings = self._clip_read(images, generated)
         return Judged(readings.verdicts, wilson(sum(readings.verdicts), len(readings.verdicts),
                                                 self.cfg.evaluate.confidence), detail={"images": images,
                                                                                        "clip": readings})
@@ -107,7 +108,7 @@ class DiffusionJudge(ImageJudge):
             verdicts = [bool(r.get("all_correct")) for r in quality["rows"]]
             point["fid"] = frechet_distance(self.held_out_features, quality["features"])
         if self.clip is not None:
-            readings = self.clip.read(images, [p["prompt"] for p in prompts], [p["seed"] for p in prompts])
+            readings = self._clip_read(images, prompts)
             point["clip_score"] = round(float(np.mean(readings.scores)), 4)
             scores = readings.scores
             if self.by == "clip":
@@ -124,7 +125,7 @@ class DiffusionJudge(ImageJudge):
         return batched_images(serving, prompts, self.cfg.batching.max_batch)
 
     def _clip_read(self, images, rows):
-        return images, self.clip.read(images, [r["prompt"] for r in rows], [r["seed"] for r in rows])
+        return self.clip.read(images, [r["prompt"] for r in rows], [r["seed"] for r in rows])
 
     # The scorers' figures, beside the checker's where it judges.
     def figures(self, content, generated):
@@ -140,7 +141,7 @@ class DiffusionJudge(ImageJudge):
         figures["judged_by"] = self.by
         unscored = []
         if self.clip is not None:
-            readings = content.detail["clip"] if self.by == "clip" else self._clip_read(images, generated)[1]
+            readings = content.detail["clip"] if self.by == "clip" else self._clip_read(images, generated)
             clip_score = mean_estimate(readings.scores, conf)
             figures["clip_score"] = clip_score.value
             figures["clip_verdict_rate"] = float(np.mean(readings.verdicts)) if readings.verdicts else None

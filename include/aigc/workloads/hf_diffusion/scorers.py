@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from aigc.workloads.hf_folder import BaseModelError, is_lake_uri, materialise, refuse_hub_id
-from aigc.workloads.hf_lm.base import LAYOUT, check_folder
+from aigc.workloads.hf_folder import BaseModelError, checked_folder
+from aigc.workloads.hf_lm.base import check_folder, in_layout
 
 if TYPE_CHECKING:
     import torch
@@ -58,14 +58,7 @@ def scorer_folder(uri: str, what: str, s3: S3Options | None = None, *, tokenizer
                                  "save it beside the model, image_processor.save_pretrained(folder)")
         return config
 
-    if is_lake_uri(uri):
-        from aigc.lake import open_lake
-
-        return materialise(open_lake(uri, s3), uri, lambda k: "/" not in k and bool(LAYOUT.match(k)), check)
-    refuse_hub_id(uri)
-    folder = Path(uri).expanduser()
-    check(folder, uri)
-    return folder.resolve()
+    return checked_folder(uri, s3, in_layout, check)
 
 
 def _load(folder: Path, auto: str):

@@ -26,15 +26,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aigc.workloads.hf_folder import (
-    PICKLES,
-    BaseModelError,
-    file_hashes,
-    fingerprint_of,
-    is_lake_uri,
-    refuse_hub_id,
-)
-from aigc.workloads.hf_folder import materialise as materialise_folder
+from aigc.workloads.hf_folder import PICKLES, BaseModelError, checked_folder, file_hashes, fingerprint_of
 
 # Set before transformers and huggingface_hub are imported (they read it once): no call to the Hub, even by a
 # code path that would otherwise look for a newer file.
@@ -43,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if TYPE_CHECKING:
     import torch
 
-    from aigc.lake import Lake, S3Options
+    from aigc.lake import S3Options
 
 LAYOUT = re.compile(r"^(config\.json|generation_config\.json|.+\.safetensors|model\.safetensors\.index\.json|"
                     r"tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|vocab\.json|merges\.txt|"
@@ -94,19 +86,12 @@ def local_folder(uri: str, demo_architecture: str = "llama", s3: S3Options | Non
         from aigc.workloads.hf_lm.demo_base import demo_folder
 
         return demo_folder(demo_architecture)
-    if is_lake_uri(uri):
-        from aigc.lake import open_lake
-
-        return materialise(open_lake(uri, s3), uri)
-    refuse_hub_id(uri)
-    folder = Path(uri).expanduser()
-    check_folder(folder, uri)
-    return folder.resolve()
+    return checked_folder(uri, s3, in_layout, check_folder)
 
 
-def materialise(source: Lake, where: str) -> Path:
-    """A local copy of the base folder in ``source`` (the layout's files at its top level)."""
-    return materialise_folder(source, where, lambda key: "/" not in key and bool(LAYOUT.match(key)), check_folder)
+def in_layout(key: str) -> bool:
+    """A file of the layout at a folder's top level (what a copy from a lake takes)."""
+    return "/" not in key and bool(LAYOUT.match(key))
 
 
 def fingerprint(folder: Path, tokenizer_only: bool = False) -> dict:
