@@ -33,4 +33,4 @@ def test_the_demo_pipeline_goes_through_the_five_stages_as_a_dag_run(airflow_env
     metrics = lake.get_json(metrics_key)
     assert metrics["judged_by"] == "checker" and set(metrics["unscored"]) == {"clip", "features", "safety"}
     assert lake.get_json("models/hf-diffusion/aliases.json")["aliases"]["production"] == "v0001"
-    assert set(Registry(lake, "hf-diffusion").get("v0001")["variants"]) == {"fp32", "bf16-s4-dpm"}  # the smoke's
+    assert set(Registry(lake, "hf-diffusion").get("v0001")["variants"]) == {"fp32", "fp32-s4-dpm"}  # the smoke's

@@ -211,7 +211,10 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_a_pipeline(tmp_path,
 
         cfg = cfg.override({"workload": {"settings": {
             "judge_by": "clip", "clip_model_uri": "demo:clip", "unscored": "fail",
-            "safety_model_uri": str(tiny_classifier(tmp_path / "classifier", {0: "safe", 1: "nsfw"}, 8.0))}}})
+            "safety_model_uri": str(tiny_classifier(tmp_path / "classifier", {0: "safe", 1: "nsfw"}, 8.0))}},
+            # bf16 here, where the UNet runs on 16 px latents (a quarter of the pixel base's positions): a CPU without
+            # bf16 kernels runs it 20x slower a step than fp32.
+            "deploy": {"variants": "fp32,bf16-s4-dpm"}})
     workload = load_workload(WORKLOAD)
     lake = LocalLake(tmp_path / "lake")
     raw = lake.sub("raw/shapes")
@@ -233,14 +236,20 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_a_pipeline(tmp_path,
     TRAIN.gate(lake, cfg, summary)  # below the loss of predicting no noise at all
     TRAIN.finish(lake, cfg, summary)
 
-    # Stage 3: fp32 at the version's 8 steps, and bf16 at 4 steps of DPM-Solver++ reading the bf16 weights.
+    # Stage 3: fp32 at the version's 8 steps, and 4 steps of DPM-Solver++: in fp32 reading fp32's weights (the
+    # smoke's), or in bf16 reading the bf16 weights.
     registered = DEPLOY.register(lake, DATE, cfg)
     version = registered["version"]
     built = DEPLOY.build(lake, cfg, version)["variants"]
-    assert set(built) == {"fp32", "bf16-s4-dpm"}
-    cheap = built["bf16-s4-dpm"]
-    assert cheap["weights"].endswith(f"{version}/variants/bf16/weights.safetensors")
-    assert cheap["size_vs_fp32"] == pytest.approx(0.5, abs=0.02) and built["fp32"]["pixel_mae_vs_fp32"] == 0.0
+    precision = "fp32" if arch == "pixel" else "bf16"
+    assert set(built) == {"fp32", f"{precision}-s4-dpm"}
+    cheap = built[f"{precision}-s4-dpm"]
+    if precision == "fp32":  # the weights are stored once per precision: fp32's are the version's own
+        assert cheap["weights"] == built["fp32"]["weights"] == f"models/hf-diffusion/{version}/model.safetensors"
+    else:
+        assert cheap["weights"].endswith(f"{version}/variants/bf16/weights.safetensors")
+    size = 1.0 if precision == "fp32" else 0.5
+    assert cheap["size_vs_fp32"] == pytest.approx(size, abs=0.02) and built["fp32"]["pixel_mae_vs_fp32"] == 0.0
     assert cheap["pixel_mae_vs_fp32"] > 0 and built["fp32"]["image_std"] > 0
     bar = {"workload": {"settings": {"max_pixel_mae": cheap["pixel_mae_vs_fp32"] / 2}}}
     strict = DEPLOY.gate(lake, cfg.override(bar), {**registered, "date": DATE})
@@ -248,9 +257,9 @@ def test_the_five_stages_fine_tune_register_serve_and_judge_a_pipeline(tmp_path,
     gate = DEPLOY.gate(lake, cfg, {**registered, "date": DATE})  # the preset's bar: what stages 4 and 5 read
     assert gate["success"] and "fp32" in gate["eligible_variants"]
 
-    if arch == "pixel":  # the serving's, the same for every base: once
+    if arch == "latent":  # the serving's, the same for every base: once, where a bf16 variant was built
         served_as_asked(lake, workload, cfg)
-    else:  # a version serves its own UNet: the base's weights are neither read nor hashed from here on
+        # A version serves its own UNet: the base's weights are neither read nor hashed from here on.
         (base / "unet" / "diffusion_pytorch_model.safetensors").write_bytes(b"no longer weights")
 
     # Stage 4 by the CLI on the demo prompts: every prompt answered once, then from the cache.
