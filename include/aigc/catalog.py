@@ -21,6 +21,7 @@ from aigc.lake.keys import NAME, RUN_ID, join, parse_date, partition, validate_k
 from aigc.lake.publish import NotPublished, resolve
 from aigc.prepare.run import MANIFEST as CURATED_MANIFEST
 from aigc.registry import Registry
+from aigc.telemetry import training_figures
 
 TRAINING_SUMMARY = "_SUMMARY.json"  # aigc.train.artifacts.SUMMARY; not imported: that module imports torch
 _DATE_FOLDER = re.compile(r"^dt=(\d{4}-\d{2}-\d{2})$")
@@ -127,7 +128,10 @@ class Catalog:
         if run is None:
             return None
         summary_key = join(run["run_prefix"], stage(stage_name).summary)
-        return {**run, "summary_key": summary_key, "summary": self.lake.get_json(summary_key)}
+        summary = self.lake.get_json(summary_key)
+        if stage_name == "training":  # each node's GPU figures lie beside the summary rank 0 wrote
+            summary = {**summary, "gpu": training_figures(self.lake, run["run_prefix"])}
+        return {**run, "summary_key": summary_key, "summary": summary}
 
     def gate_result(self, gate: str, date: str | dt.date, run_id: str) -> dict | None:
         """One gate verdict (without GX's full per-expectation results); None if the gate has not run."""

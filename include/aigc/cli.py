@@ -384,6 +384,7 @@ def build_parser(workload: Workload | None = None) -> argparse.ArgumentParser:
         ModelConfig,
         PrepareConfig,
         RawDropConfig,
+        TelemetryConfig,
         TrainConfig,
         TrainingGateThresholds,
     )
@@ -442,7 +443,8 @@ def build_parser(workload: Workload | None = None) -> argparse.ArgumentParser:
                         "through the lake, gates and publishes; 1…N-1 join it); every node uses the same --run-id")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--config-json", default=None, help=argparse.SUPPRESS)
-    for section, cls in (("model", ModelConfig), ("train", TrainConfig), ("train_gate", TrainingGateThresholds)):
+    for section, cls in (("model", ModelConfig), ("train", TrainConfig), ("train_gate", TrainingGateThresholds),
+                         ("telemetry", TelemetryConfig)):
         _add_config_flags(p, section, cls)
     _add_config_flags(p, "prepare", PrepareConfig, only=("dataset",))
 
@@ -461,7 +463,7 @@ def build_parser(workload: Workload | None = None) -> argparse.ArgumentParser:
                    help="a prompt file in the lake (default: the date's prompts/<dataset>/dt=<date>/prompts.jsonl)")
     p.add_argument("--no-gate", action="store_true", help="stop before gate 4 and publishing")
     for section, cls in (("generate", GenerateConfig), ("batching", BatchingConfig),
-                         ("generate_gate", GenerateGateThresholds)):
+                         ("generate_gate", GenerateGateThresholds), ("telemetry", TelemetryConfig)):
         _add_config_flags(p, section, cls)
     _add_config_flags(p, "model", ModelConfig, only=("name",))
 

@@ -11,11 +11,13 @@ Every decision reads torch and the environment through this module, so a unit te
 - ``bf16_is_native``: bf16 autocast only where the GPU computes it natively (``including_emulation=False``: a T4
   emulates it, slower than fp32).
 - ``nvml_handle_key``: the NVML device that is CUDA's device ``index``: NVML ignores ``CUDA_VISIBLE_DEVICES``, so
-  with ``CUDA_VISIBLE_DEVICES=3`` CUDA's device 0 is NVML's 3 (or a UUID, as the variable may name GPUs).
+  with ``CUDA_VISIBLE_DEVICES=3`` CUDA's device 0 is NVML's 3 (or a UUID, as the variable may name GPUs);
+  ``nvml`` (pynvml, initialised once a process) and ``nvml_handle`` read it for the batch budget and telemetry.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TYPE_CHECKING
 
@@ -88,6 +90,21 @@ def nvml_handle_key(index: int, env: dict[str, str] | None = None) -> int | str:
         raise ValueError(f"CUDA device {index} is not among CUDA_VISIBLE_DEVICES={visible!r}")
     entry = entries[index]
     return int(entry) if entry.isdigit() else entry  # GPU-…/MIG-… UUIDs: looked up by UUID
+
+
+@functools.cache
+def nvml():
+    """pynvml, initialised once per process (each nvmlInit takes a reference that nothing would release)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def nvml_handle(pynvml, index: int):
+    """NVML's handle of CUDA's device ``index`` (``nvml_handle_key``: by index, or by UUID)."""
+    key = nvml_handle_key(index)
+    return pynvml.nvmlDeviceGetHandleByIndex(key) if isinstance(key, int) else pynvml.nvmlDeviceGetHandleByUUID(key)
 
 
 def device_class(device: str) -> str:

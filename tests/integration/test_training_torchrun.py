@@ -186,8 +186,14 @@ def test_two_nodes_that_know_only_the_lake_meet_there_and_train_as_one_run(curat
     assert summary["world_size"] == 2 and summary["steps"] == 20 and summary["published"] is True
     joined = json.loads(joined_out.strip().splitlines()[-1])
     assert joined["node_rank"] == 1 and joined["published"] is False and joined["run_id"] == run_id
-    announced = curated_lake.get_json(join(training_run_prefix("shapes-cvae", DATE, run_id), "_rendezvous.json"))
+    prefix = training_run_prefix("shapes-cvae", DATE, run_id)
+    announced = curated_lake.get_json(join(prefix, "_rendezvous.json"))
     assert announced["endpoint"].startswith("127.0.0.1:") and joined["rendezvous"] == announced["endpoint"]
+    # Each node's launcher says what its GPUs did beside the run: here, that there were none to sample.
+    for node, said in ((0, summary), (1, joined)):
+        recorded = curated_lake.get_json(join(prefix, f"gpu-node-{node}.json"))
+        reason = f"no GPU: training run {run_id} (node {node}) ran on the CPU, so nothing was sampled"
+        assert recorded == said["gpu"] == {"recorded": False, "reason": reason}
 
 
 def test_gate_2_fails_a_run_in_which_one_rank_was_made_slow(curated_lake):

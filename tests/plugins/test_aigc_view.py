@@ -228,6 +228,9 @@ def test_the_pages_show_what_the_pipeline_published(deployed_lake, airflow_auth)
     summary = catalog.published("training", DATE)["summary"]
     assert f"<th>final validation loss</th><td>{fmt(summary['final_val_loss'])}</td>" in day
     assert "<td>fp32</td>" in day and re.search(r"<td>bf16</td>(<td>[^<]*</td>){3}<td>no</td>", day)
+    # What the GPUs did, per run: on this CPU host nothing, and each run's facts say why instead of a figure.
+    assert "<th>GPU</th><td>not recorded: no GPU telemetry beside this run (trained without the launcher" in day
+    assert "<th>GPU</th><td>not recorded: no GPU: generation shard 0 ran on the CPU, so nothing was sampled" in day
     images = re.findall(r'<img src="([^"]+)"', day)
     assert [i.rsplit("/", 1)[1] for i in images] == ["loss.png", "gallery.png"]
     for src in images:

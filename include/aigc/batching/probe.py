@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from aigc.devices import nvml_handle_key
+from aigc.devices import nvml, nvml_handle
 
 log = logging.getLogger(__name__)
-
-
-@functools.cache
-def _nvml():
-    """pynvml, initialised once per process (each nvmlInit takes a reference that nothing would release)."""
-    import pynvml
-
-    pynvml.nvmlInit()
-    return pynvml
 
 
 @dataclass(frozen=True)
@@ -54,10 +44,8 @@ class DeviceProbe:
 
     def _nvml(self) -> MemoryInfo | None:
         try:
-            pynvml = _nvml()
-            key = nvml_handle_key(int(self.device.split(":", 1)[1]) if ":" in self.device else 0)
-            handle = (pynvml.nvmlDeviceGetHandleByIndex(key) if isinstance(key, int)
-                      else pynvml.nvmlDeviceGetHandleByUUID(key))
+            pynvml = nvml()
+            handle = nvml_handle(pynvml, int(self.device.split(":", 1)[1]) if ":" in self.device else 0)
             mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
             return MemoryInfo(self.device, int(mem.total), int(mem.free), "pynvml")
         except Exception as e:  # no driver, no GPU: say so, fall back to the CPU's numbers

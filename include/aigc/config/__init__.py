@@ -25,6 +25,7 @@ from aigc.config.serving import (
     GenerateConfig,
     GenerateGateThresholds,
 )
+from aigc.config.telemetry import TelemetryConfig
 from aigc.config.training import GRAD_COMPRESSIONS, PRECISIONS, SPLITS, ModelConfig, TrainConfig, TrainingGateThresholds
 from aigc.config.workload import WorkloadConfig
 
@@ -37,7 +38,7 @@ __all__ = [
     "BatchingConfig",
     "CuratedGateThresholds", "DeployConfig", "DeployGateThresholds", "EvaluateConfig", "EvaluationGateThresholds",
     "GenerateConfig", "GenerateGateThresholds", "ModelConfig", "PipelineConfig", "PrepareConfig", "RawDropConfig",
-    "TrainConfig", "TrainingGateThresholds", "WorkloadConfig", "preset",
+    "TelemetryConfig", "TrainConfig", "TrainingGateThresholds", "WorkloadConfig", "preset",
 ]
 
 
@@ -59,6 +60,7 @@ class PipelineConfig:
     generate_gate: GenerateGateThresholds = field(default_factory=GenerateGateThresholds)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     evaluate_gate: EvaluationGateThresholds = field(default_factory=EvaluationGateThresholds)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def override(self, changes: dict[str, dict[str, Any]]) -> PipelineConfig:
         """``{"raw": {"n": 500}}`` → a new config; unknown sections or fields are an error."""

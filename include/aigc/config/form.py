@@ -160,12 +160,12 @@ SECTIONS = {"WorkloadConfig": "workload", "RawDropConfig": "raw", "PrepareConfig
             "CuratedGateThresholds": "curated_gate", "ModelConfig": "model", "TrainConfig": "train",
             "TrainingGateThresholds": "train_gate", "DeployConfig": "deploy", "DeployGateThresholds": "deploy_gate",
             "BatchingConfig": "batching", "GenerateConfig": "generate", "GenerateGateThresholds": "generate_gate",
-            "EvaluateConfig": "evaluate", "EvaluationGateThresholds": "evaluate_gate"}
+            "EvaluateConfig": "evaluate", "EvaluationGateThresholds": "evaluate_gate", "TelemetryConfig": "telemetry"}
 # The `aigc` command whose flags include a section's fields (the workload's flag is on every command).
 COMMANDS = {"workload": "…", "raw": "make-raw", "prepare": "prepare", "curated_gate": "prepare", "model": "train",
             "train": "train", "train_gate": "train", "deploy": "deploy", "deploy_gate": "deploy",
             "batching": "generate", "generate": "generate", "generate_gate": "generate", "evaluate": "evaluate",
-            "evaluate_gate": "evaluate"}
+            "evaluate_gate": "evaluate", "telemetry": "train` or `aigc generate"}
 
 
 def how_to_set_setting(workload: str, name: str) -> str:

@@ -353,6 +353,8 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload) -> dict:
         "evidence": {"model_alignment": with_design(looked, cfg),
                      "content_alignment": with_design(content_looked, cfg)},
         "regression_vs_production": round(regression.value, 4) if regression else None,
+        # What the GPUs did for the version's training and the day's generation (or why nothing was recorded).
+        "gpu": {"training": (ev.record.get("training") or {}).get("gpu"), "generation": generation.get("gpu")},
         **figures,
         "intervals": {"alignment": content.interval.to_dict(),
                       "content_alignment": content_looked.estimate.to_dict() if content_looked else None,

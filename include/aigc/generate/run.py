@@ -35,6 +35,7 @@ from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
 from aigc.registry.loader import served_variant
+from aigc.telemetry import across_tasks, sampler_for
 
 if TYPE_CHECKING:  # annotations only: the workload interface imports the stages' modules
     from aigc.workload import Workload
@@ -119,11 +120,14 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig, wor
         return {**entry, "already_done": True}
     started = time.perf_counter()
     # The variant this worker serves (``auto``: its device decides): what its rows, its cache keys and its entry name.
-    plan = {**plan, "variant": served_variant(plan["variant"], plan.get("eligible_variants") or [], pick_device())}
+    device = pick_device()
+    plan = {**plan, "variant": served_variant(plan["variant"], plan.get("eligible_variants") or [], device)}
     entries = pinned.read_slice(lake, plan["prompts_pinned"], shard)
     prompts = [e for e in entries if "refused" not in e]
-    model = workload.shard_model(lake, plan, cfg)
-    answered, report = answer_shard(lake, plan, prompts, cfg, model, [c for c, _ in workload.output_columns], prefix)
+    with sampler_for(device, cfg.telemetry, f"generation shard {k}") as gpu:
+        model = workload.shard_model(lake, plan, cfg)
+        answered, report = answer_shard(lake, plan, prompts, cfg, model, [c for c, _ in workload.output_columns],
+                                        prefix)
     rows = _in_line_order(entries, iter(answered), plan, workload)
     table = pa.Table.from_pylist(rows, schema=generation_schema(workload))
     buf = io.BytesIO()
@@ -140,7 +144,7 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig, wor
                  "\n".join(sorted(r["prompt_id"] for r in rows)).encode()).hexdigest(),
              "key": shard_key, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), **counts,
              "cached": sum(r["cached"] for r in rows), "variant": plan["variant"], "batching": report,
-             "seconds": round(time.perf_counter() - started, 3)}
+             "gpu": gpu.summary(), "seconds": round(time.perf_counter() - started, 3)}
     try:
         lake.put_if_absent(ledger_key, json.dumps(entry, indent=2).encode())
     except PreconditionFailed:  # a duplicate attempt finished first: its entry stands, ours is identical
@@ -195,10 +199,12 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig, workload: Wor
                 "plan_shards": plan["shards"],
                 "shards": entries, "rows": sum(e["rows"] for e in entries),
                 "generated": sum(e["generated"] for e in entries), "refused": sum(e["refused"] for e in entries),
-                "cached": sum(e["cached"] for e in entries), "gallery": gallery_name}
+                "cached": sum(e["cached"] for e in entries), "gallery": gallery_name,
+                "gpu": across_tasks([e.get("gpu") or {} for e in entries], cfg.telemetry.min_gpu_utilisation)}
     lake.put_json(join(prefix, MANIFEST), manifest)
     return {"stage": "generate", **{k: manifest[k] for k in ("date", "run_id", "model", "model_ref", "version",
-                                                              "variant", "rows", "generated", "refused", "cached")},
+                                                              "variant", "rows", "generated", "refused", "cached",
+                                                              "gpu")},
             "run_uri": lake.url(prefix), "gallery_uri": lake.url(join(prefix, gallery_name))}
 
 

@@ -96,6 +96,19 @@ def checks_html(checks: list[dict]) -> str:
     return f"<table><tr>{head}</tr>{rows}</table>"
 
 
+def gpu_html(metrics: dict) -> str:
+    """A report's "GPU use" section: what the GPUs did for the version's training and the day's generation
+    (``metrics["gpu"]``, from ``aigc.telemetry``), or why nothing was recorded."""
+    import html
+
+    from aigc.telemetry import figures_shown
+
+    rows = "".join(f"<tr><th>{html.escape(task)}</th><td>{html.escape(name)}</td><td>{html.escape(value)}</td></tr>"
+                   for task in ("training", "generation")
+                   for name, value in figures_shown((metrics.get("gpu") or {}).get(task)).items())
+    return f"<h2>GPU use</h2><table>{rows}</table>"
+
+
 def evidence_check(column: str, title: str, estimate: dict | None, threshold: float, failure: str, *,
                    more: str, at_least: bool = True, scale: str = "{:.3f}", looked: dict | None = None) -> Check:
     """A check that passes only on evidence: a minimum when the interval's lower end clears it (a maximum: the upper

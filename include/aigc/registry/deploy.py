@@ -23,6 +23,7 @@ from aigc.lake.publish import resolve
 from aigc.registry.loader import CARD
 from aigc.registry.safeload import check_weights
 from aigc.registry.store import Registry, sha256
+from aigc.telemetry import training_figures
 
 log = logging.getLogger(__name__)
 COPIED = ("model.safetensors", CARD, "metrics.parquet", "loss.png")
@@ -61,8 +62,9 @@ def register_trained(lake: Lake, model: str, date: str | dt.date) -> dict:
             "content_hash": sha256("".join(f"{n}={h};" for n, h in sorted(files.items())).encode()),
             "files": files, "date": date.isoformat(), "training_run": lake.url(run),
             "lineage": card["lineage"], "parameters": card["parameters"],
-            "training": {k: summary[k] for k in ("steps", "world_size", "precision", "initial_val_loss",
-                                                 "final_val_loss", "imbalance", "resumed_from_step")},
+            "training": {**{k: summary[k] for k in ("steps", "world_size", "precision", "initial_val_loss",
+                                                    "final_val_loss", "imbalance", "resumed_from_step")},
+                         "gpu": training_figures(lake, run)},
             "variants": {},
         })
         log.info("%s: registered %s from %s", model, version, lake.url(run))

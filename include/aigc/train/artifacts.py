@@ -6,6 +6,7 @@
     model.safetensors   final weights (safetensors: loading runs no code)
     model.json          model config, vocabulary, lineage (curated partitions and their manifests)
     _SUMMARY.json       the run's summary, written last: the run is complete once it exists
+    gpu-node-R.json     what node R's GPUs did during the run, or why nothing was sampled (aigc.telemetry)
 """
 
 from __future__ import annotations

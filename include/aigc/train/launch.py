@@ -21,12 +21,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aigc.config import PipelineConfig
-from aigc.devices import processes_per_node
+from aigc.devices import processes_per_node, visible_gpus
 from aigc.lake import Lake
 from aigc.lake.credentials import children_credentials
 from aigc.lake.keys import join, parse_date, validate_run_id
 from aigc.lake.publish import new_run_id
 from aigc.procs import available_cpus
+from aigc.telemetry import NODE_FILE, GpuSampler
 from aigc.train.artifacts import SUMMARY, training_run_prefix
 from aigc.train.rendezvous import HOST_ENV, announce, await_endpoint, rendezvous_key
 
@@ -118,11 +119,18 @@ def run_training(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id
     log.info("training run %s: %s", run_id, " ".join(cmd[:8]) + " …")
     on_line = on_line or (lambda line: print(line, file=sys.stderr, flush=True))
     base = {**os.environ, **thread_env(cfg), **(env or {}), "PYTHONUNBUFFERED": "1"}
-    with children_credentials(lake, base) as child_env:  # a role's: served, never the long-lived keys
+    # This node's GPUs, one a worker (torchrun's local ranks 0…nproc-1 take cuda:0…), sampled from here.
+    gpus = range(min(processes_per_node(cfg.train.nproc), visible_gpus()))
+    sampler = GpuSampler(gpus, cfg.telemetry, what=f"training run {run_id} (node {node_rank})")
+    with children_credentials(lake, base) as child_env, sampler:  # a role's credentials: never the long-lived keys
         code, tail, errors = _run_torchrun(cmd, child_env, cfg.train.timeout_s, run_id, on_line, on_start)
-    summary_key = join(training_run_prefix(cfg.model.name, date, run_id), SUMMARY)
+    prefix = training_run_prefix(cfg.model.name, date, run_id)
+    summary_key = join(prefix, SUMMARY)
+    if code == 0:  # what this node's GPUs did, beside the run's summary (each node its own)
+        gpu = sampler.summary()
+        lake.put_json(join(prefix, NODE_FILE.format(node_rank)), gpu)
     if code == 0 and node_rank:
-        return {"node_rank": node_rank, "run_id": run_id, "date": date, "rendezvous": endpoint}
+        return {"node_rank": node_rank, "run_id": run_id, "date": date, "rendezvous": endpoint, "gpu": gpu}
     if code != 0:
         what = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
         # A worker's own one-line `error:` says what went wrong; torchrun's report only says that it did.
@@ -135,7 +143,7 @@ def run_training(lake: Lake, date: str | dt.date, cfg: PipelineConfig, *, run_id
         if time.monotonic() >= deadline:
             raise TrainingFailed(f"training run {run_id} ended without {lake.url(summary_key)}")
         time.sleep(1.0)
-    return lake.get_json(summary_key)
+    return {**lake.get_json(summary_key), "gpu": gpu}
 
 
 def _run_torchrun(cmd: list[str], env: dict[str, str], timeout_s: float, run_id: str, on_line: Callable[[str], None],

@@ -7,6 +7,7 @@ to ``/aigc/lake/<key>`` (files.py), so a page never embeds lake bytes itself.
 from __future__ import annotations
 
 from aigc.catalog import DEPLOY_GATE, STAGES, gate_5_verdict
+from aigc.telemetry import figures_shown
 from aigc_airflow.view.markup import Html, Urls, badge, bullet_list, concat, esc, key_value, link, table, tag
 
 # The pipeline's order, with gate 3 (deploy: it judges a registry version) between training and generation.
@@ -79,7 +80,8 @@ def _training(run: dict, urls: Urls) -> Html:
     facts = key_value({"run": tag("code", run["run_id"]), "published at": run["published_at"],
                        "final validation loss": s["final_val_loss"], "initial validation loss": s["initial_val_loss"],
                        "optimizer steps": s["steps"], "processes": s["world_size"], "precision": s.get("precision"),
-                       "shard imbalance": s.get("imbalance"), "seconds": s.get("seconds")})
+                       "shard imbalance": s.get("imbalance"), "seconds": s.get("seconds"),
+                       **figures_shown(s.get("gpu"))})
     return concat([facts, urls.image(f"{run['run_prefix']}/loss.png", "training loss curve")])
 
 
@@ -87,7 +89,7 @@ def _generations(run: dict, urls: Urls) -> Html:
     m = run["summary"]
     facts = key_value({"run": tag("code", run["run_id"]), "published at": run["published_at"],
                        "model": f"{m['version']} {m['variant']}", "prompts": m["rows"], "generated": m["generated"],
-                       "refused": m["refused"], "from cache": m["cached"]})
+                       "refused": m["refused"], "from cache": m["cached"], **figures_shown(m.get("gpu"))})
     return concat([facts, urls.image(f"{run['run_prefix']}/gallery.png", "generation gallery")])
 
 

@@ -233,20 +233,20 @@ def test_the_probe_reads_cgroup_limits_and_falls_back_without_a_gpu(tmp_path):
 def test_the_gpu_probe_initialises_nvml_once_per_process(monkeypatch):
     import types
 
-    from aigc.batching import probe as probe_module
+    from aigc import devices
 
     calls = []
     memory = types.SimpleNamespace(total=80 << 30, free=60 << 30)
     fake = types.SimpleNamespace(nvmlInit=lambda: calls.append("init"), nvmlDeviceGetHandleByIndex=lambda i: i,
                                  nvmlDeviceGetMemoryInfo=lambda handle: memory)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    probe_module._nvml.cache_clear()
+    devices.nvml.cache_clear()
     try:
         budgets = [DeviceProbe("cuda:1", budget_fraction=0.5).budget_bytes() for _ in range(3)]
         assert budgets == [30 << 30] * 3 and DeviceProbe("cuda").info().source == "pynvml"
         assert calls == ["init"]
     finally:
-        probe_module._nvml.cache_clear()  # the next test's pynvml is the real one (or none)
+        devices.nvml.cache_clear()  # the next test's pynvml is the real one (or none)
 
 
 @pytest.mark.parametrize(("visible", "expected"), [(None, ("index", 1)), ("3,5", ("index", 5)),
@@ -256,7 +256,7 @@ def test_the_gpu_probe_reads_the_nvml_device_that_is_cudas_device(monkeypatch, v
     CUDA_VISIBLE_DEVICES=3,5 is NVML's 5 (or a UUID, when the variable names GPUs by UUID)."""
     import types
 
-    from aigc.batching import probe as probe_module
+    from aigc import devices
 
     asked = []
     memory = types.SimpleNamespace(total=80 << 30, free=60 << 30)
@@ -269,11 +269,11 @@ def test_the_gpu_probe_reads_the_nvml_device_that_is_cudas_device(monkeypatch, v
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    probe_module._nvml.cache_clear()
+    devices.nvml.cache_clear()
     try:
         assert DeviceProbe("cuda:1").info().source == "pynvml" and asked == [expected]
     finally:
-        probe_module._nvml.cache_clear()
+        devices.nvml.cache_clear()
 
 
 def test_a_prior_30_percent_optimistic_causes_no_budget_violation_when_peaks_are_measured():

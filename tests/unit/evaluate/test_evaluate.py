@@ -77,6 +77,9 @@ def test_a_run_is_measured_gated_promoted_and_published_with_its_report(deployed
     for part in ("pareto.png", "gallery.png", "loss.png", "Alignment", "Lineage", "95% interval"):
         assert part in report
     assert "\\u20" not in report  # dashes and the like as text, not JSON escapes
+    # What the GPUs did for training and generation: on this CPU host, why nothing was recorded, never a 0.
+    assert metrics["gpu"]["generation"]["recorded"] is False and "<h2>GPU use</h2>" in report
+    assert "<th>generation</th><td>GPU</td><td>not recorded: no GPU: generation shard" in report
     for image in ("pareto.png", "gallery.png", "loss.png"):
         assert deployed_lake.get_bytes(f"{prefix}/{image}").startswith(b"\x89PNG")
 

@@ -52,9 +52,13 @@ def test_injected_oom_still_answers_every_prompt_exactly_once_then_the_gate_pass
 
 def test_a_rerun_reuses_the_cache_and_says_so(deployed_lake):
     cfg = config()
-    _, _, first = run_all(deployed_lake, cfg)
+    _, entries, first = run_all(deployed_lake, cfg)
     _, _, second = run_all(deployed_lake, cfg)
     assert first["cached"] == 0 and second["cached"] == second["generated"] == 40
+    # On the CPU no GPU telemetry is recorded, and each shard's entry and the run's summary say so, with no figure.
+    assert all(e["gpu"] == {"recorded": False, "reason": f"no GPU: generation shard {e['shard']} ran on the CPU, so "
+                                                         "nothing was sampled"} for e in entries)
+    assert first["gpu"] == {"recorded": False, "reason": entries[0]["gpu"]["reason"]}
 
 
 def test_a_shard_killed_midway_is_finished_by_its_retry_with_one_ledger_entry(deployed_lake, monkeypatch):
@@ -184,8 +188,16 @@ def test_auto_serves_what_the_shards_worker_runs_best_bf16_on_cuda_fp32_on_a_cpu
     assert {r["variant"] for r in rows_of(deployed_lake, plan)} == {"fp32"}  # this machine has no CUDA
 
     monkeypatch.setattr(gen_run, "pick_device", lambda: torch.device("cuda", 0))
+    # The worker's GPU as pynvml would read it (scripted: tests/unit/test_telemetry.py), sampled beside each shard.
+    from tests.unit.test_telemetry import ScriptedNvml
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr("aigc.devices.nvml", lambda: ScriptedNvml({0: [20]}, {0: [3 << 30]}))
     _, entries, summary = run_all(deployed_lake, cfg)
     assert summary["variant"] == "fp32" and summary["cached"] == 8  # bf16 did not pass gate 3: fp32, from cache
+    assert all(e["gpu"]["recorded"] and e["gpu"]["gpus"][0]["name"] == "NVIDIA Scripted 80GB" for e in entries)
+    assert summary["gpu"]["recorded"] and summary["gpu"]["peak_memory_bytes"] == 3 << 30
+    assert summary["gpu"]["low_utilisation"] and summary["gpu"]["low_utilisation_tasks"] == [0, 1]  # 20 % < 30 %
 
     loose = PipelineConfig(workload=image_workload(max_pixel_mae=1.0),
                            deploy_gate=DeployGateThresholds(max_latency_ms=1e6, max_slowdown_vs_fp32=1e6))

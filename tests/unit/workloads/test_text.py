@@ -273,6 +273,7 @@ def test_stage_5_measures_with_intervals_gates_and_promotes(deployed):
     done = EVALUATE.finish(lake, cfg, evaluated)  # the smoke bars: validity ≥ 0, perplexity ≤ 10⁶
     report = lake.get_bytes(f"{run}/report.html").decode()
     assert "<h2>Samples</h2><pre>" in report  # the report rewritten with gate 5's verdict keeps its samples
+    assert "<h2>GPU use</h2>" in report and "<th>training</th><td>GPU</td><td>not recorded" in report
     assert done["gate_result"]["success"] and done["promoted"] and done["production"] == "v0001"
     checks = {c["check"]: c for c in lake.get_json(
         f"evaluations/logs-gpt/dt={DATE}/run=20261120T010000000000Z-eval01/metrics.json")["gates"]["evaluation"]["checks"]}
