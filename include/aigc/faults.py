@@ -6,6 +6,8 @@ written) log that it holds and block until it is killed. A test then kills it th
 ``AIGC_FAULT_DELAY=train.forward:1:0.05`` makes every pass through point ``train.forward`` with
 value 1 (rank 1's forward passes) compute 0.05 s longer: a slow device, made on purpose (it spins, so
 the time is CPU time, as a slower processor's would be, not a sleep).
+``AIGC_FAULT_GAIN=train.loss:1:1e4`` scales rank 1's loss before its backward pass by 10⁴: a rank whose
+gradients explode.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 log = logging.getLogger(__name__)
 HOLD = "AIGC_FAULT_HOLD"
 DELAY = "AIGC_FAULT_DELAY"
+GAIN = "AIGC_FAULT_GAIN"
 
 
 def point(name: str, value: object) -> None:
@@ -34,6 +37,16 @@ def delay(name: str, value: object) -> None:
         where, _, seconds = spec.rpartition(":")
         if where == f"{name}:{value}":
             _spin(float(seconds))
+
+
+def gain(name: str, value: object) -> float:
+    """A factor a test may scale a quantity by at a place; 1 unless ``AIGC_FAULT_GAIN`` is ``name:value:factor``."""
+    spec = os.environ.get(GAIN)
+    if spec:
+        where, _, factor = spec.rpartition(":")
+        if where == f"{name}:{value}":
+            return float(factor)
+    return 1.0
 
 
 def _spin(seconds: float) -> None:

@@ -40,6 +40,11 @@ class TrainConfig:
     warmup_steps: int = 50
     weight_decay: float = 0.01
     clip_grad_norm: float = 1.0
+    """The averaged gradient's norm is clipped to this (0: not clipped)."""
+    clip_local_grad_norm: float = 0.0
+    """Each rank's own gradient is clipped to this norm before the ranks' gradients are averaged (0: off), so one
+    rank's exploding gradient (a bad shard, an overflow) cannot swamp the others' in the all-reduce: the seed's
+    "clip before the all-reduce". It replaces DDP's overlapped all-reduce with one after the backward pass."""
     precision: str = "auto"
     """auto (bf16 on a GPU that has it, else fp32), fp32, bf16 (autocast, CPU or GPU), fp16 (GPU, GradScaler)."""
     grad_compression: str = "none"
@@ -87,6 +92,7 @@ class TrainConfig:
         _check_range(self, "warmup_steps", 0, 10_000_000)
         _check_range(self, "weight_decay", 0.0, 10.0)
         _check_range(self, "clip_grad_norm", 0.0, 1e6)
+        _check_range(self, "clip_local_grad_norm", 0.0, 1e6)
         for name, allowed in (("precision", PRECISIONS), ("grad_compression", GRAD_COMPRESSIONS), ("split", SPLITS),
                               ("init_from", INIT_FROM)):
             if getattr(self, name) not in allowed:

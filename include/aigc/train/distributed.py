@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -135,9 +136,28 @@ def wrap_model(model: nn.Module, ctx: Dist, compression: str) -> tuple[nn.Module
     return ddp, health
 
 
-def no_sync(model: nn.Module, last_micro_step: bool):
-    """Skip the all-reduce on every micro-step but the last: gradients accumulate locally."""
-    if isinstance(model, DDP) and not last_micro_step:
+def clip_then_average(model: nn.Module, ctx: Dist, max_norm: float, health: GradHealth | None) -> None:
+    """Clip this rank's own gradient to ``max_norm`` (in the gradients' scale: a GradScaler's scale included), then
+    average the ranks' gradients in one all-reduce (in the compression's dtype, if any): the step's micro-batches
+    ran without DDP's own all-reduce (``no_sync``). The health check reads the local norm from before the clip."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    local = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    if health is not None:
+        health.local_sq = local.detach().float().pow(2)
+    grads = [p.grad for p in params]
+    flat = _flatten_dense_tensors(grads)
+    wire = flat.to({"fp16": torch.float16, "bf16": torch.bfloat16}.get(health.compression if health else "",
+                                                                         flat.dtype))
+    dist.all_reduce(wire)
+    averaged = wire.to(flat.dtype) / ctx.world
+    for g, a in zip(grads, _unflatten_dense_tensors(averaged, grads), strict=True):
+        g.copy_(a)
+
+
+def no_sync(model: nn.Module, synchronising: bool):
+    """Skip DDP's all-reduce unless this micro-step's backward is the one that synchronises (the last one, unless
+    each rank clips before averaging: ``clip_then_average``): gradients accumulate locally."""
+    if isinstance(model, DDP) and not synchronising:
         return model.no_sync()
     return contextlib.nullcontext()
 

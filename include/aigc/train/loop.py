@@ -222,20 +222,26 @@ class RankRun:
         # The loss, then its logged parts, summed on the device: no host synchronisation per micro-step (on a GPU
         # each `float()` would wait for the queued kernels); one transfer per step, with the all-reduce.
         sums = torch.zeros(1 + len(loss_parts), dtype=torch.float64, device=ctx.device)
+        # Clipping each rank's gradient before the all-reduce: no backward synchronises, one all-reduce after them.
+        local_clip = t.clip_local_grad_norm if self.health is not None else 0.0
         for a in range(t.grad_accum):
-            last = a == t.grad_accum - 1
+            synchronising = a == t.grad_accum - 1 and not local_clip
             with clock.host():
                 batch = tuple(x.to(ctx.device, non_blocking=True) for x in next(self.batches_iter))
             clock.add(self.batches.take_build_s())
-            with D.no_sync(self.ddp, last), D.autocast(self.precision, ctx.device):
+            with D.no_sync(self.ddp, synchronising), D.autocast(self.precision, ctx.device):
                 with clock.device():
                     out = self.task.loss(self.ddp, batch, train=True)
                     faults.delay("train.forward", ctx.rank)
                 # The synchronising backward holds the wait for the slowest rank: not this rank's own work.
-                with contextlib.nullcontext() if last else clock.device():
-                    self.scaler.scale(out.total / t.grad_accum).backward()
+                with contextlib.nullcontext() if synchronising else clock.device():
+                    gain = faults.gain("train.loss", ctx.rank)  # 1 but where a test makes a rank's gradients explode
+                    self.scaler.scale(out.total * gain / t.grad_accum).backward()
             parts = (out.total, *(out.parts[p] for p in loss_parts))
             sums += torch.stack([v.detach().to(torch.float64) for v in parts]) / t.grad_accum
+        if local_clip:  # in the gradients' scale: fp16's GradScaler has not unscaled them yet
+            D.clip_then_average(self.model, ctx, local_clip * (self.scaler.get_scale() if self.scaler.is_enabled()
+                                                               else 1.0), self.health)
         grad_norm, skipped = optimizer_step(self.scaler, self.opt, self.model.parameters(), t.clip_grad_norm)
         lr = self.sched.get_last_lr()[0]
         self.sched.step()
