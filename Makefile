@@ -34,7 +34,7 @@ export AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC ?= aigc_airflow.sqlite.
 AIRFLOW_SETTINGS := $(shell grep -v '^\#' $(or $(wildcard deploy/airflow-local.env),$(error deploy/airflow-local.env is missing: run make from the repository's root)))
 $(foreach setting,$(AIRFLOW_SETTINGS),$(eval export $(subst =, ?= ,$(setting))))
 
-.PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full bench-gpu lint clean secrets
+.PHONY: help install demo demo-s3 demo-dates test test-reliability airflow bench bench-full bench-gpu gpu-check lint clean secrets
 
 help:
 	@echo "make demo     - set up, then run the pipeline DAG for $(DEMO_DATE) on the local lake (WORKLOAD=text: the text workload; WORKLOAD=hf-causal-lm or hf-diffusion [HF_MODEL=folder]: a transformers model or diffusers pipeline)"
@@ -46,6 +46,7 @@ help:
 	@echo "make bench    - benchmarks (prepare: bound, scaling, fan-out; training: loading, throughput, DDP, measured rank balance; batching; long prompts; variants; the pipeline under Airflow vs the CLI; resolution x precision), then one table (goal 25 minutes; docs/benchmarks.md has what it took)"
 	@echo "make bench-full - the same at the scripts' default sizes and budgets (about an hour)"
 	@echo "make bench-gpu - the GPU section (B2 loop, B1 attention, B6 variants, B8 on CUDA; needs a CUDA build of torch)"
+	@echo "make gpu-check - the prepared device check: tests/gpu, then B1 and B6 on CUDA (a few minutes on one GPU)"
 	@echo "make demo-dates - the demo's nightly chain for 14 dates and gate 5's pass rate (about 90 minutes)"
 
 $(BIN)/python:
@@ -119,6 +120,13 @@ bench-full: install
 # results go to bench/results/gpu (docs/benchmarks.md: "The GPU section").
 bench-gpu: install
 	$(BIN)/python -m bench.run_all --gpu
+
+# The one prepared device check for a lent GPU (a few minutes): what only a GPU shows (tests/gpu: the device rules,
+# the fp16 scaler, NVML, the telemetry sampler on a working GPU), then B1 (the batcher) and B6 (the variants where
+# they serve) on CUDA into bench/results/gpu. Needs a CUDA build of torch in the venv.
+gpu-check: install
+	$(BIN)/python -m pytest -q tests/gpu
+	$(BIN)/python -m bench.run_all --gpu --only batching_bench variants_bench
 
 demo-dates: install
 	$(BIN)/python -m bench.demo_dates --days 14

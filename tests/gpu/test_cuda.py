@@ -50,6 +50,27 @@ def test_an_fp16_overflow_is_a_skipped_step_on_the_gpu():
     assert skipped == 1 and not math.isfinite(norm)
 
 
+def test_the_sampler_reads_a_working_gpus_utilisation_and_memory():
+    """The telemetry sampler (aigc.telemetry) on this GPU while it multiplies matrices for 2 s: readings at its
+    rate, the GPU busy most of that time, and at least the tensors' memory in use."""
+    import time
+
+    from aigc.config.telemetry import TelemetryConfig
+    from aigc.telemetry import sampler_for
+
+    with sampler_for(torch.device("cuda", 0), TelemetryConfig(sample_hz=20), "a matmul loop") as sampler:
+        x = torch.randn(4096, 4096, device="cuda")
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            for _ in range(10):
+                x = x @ x
+                x = x / x.norm()
+            torch.cuda.synchronize()
+    s = sampler.summary()
+    assert s["recorded"] and s["gpus"][0]["samples"] >= 20, s
+    assert s["utilisation_mean"] > 0.5 and s["peak_memory_bytes"] >= 3 * 4096 * 4096 * 4, s
+
+
 def test_nvml_reads_the_memory_of_the_gpu_cuda_uses():
     free, total = torch.cuda.mem_get_info(0)
     info = DeviceProbe("cuda:0").info()
