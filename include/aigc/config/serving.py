@@ -126,8 +126,8 @@ class GenerateConfig:
 
     variant: str = "fp32"
     """The candidate's variant to generate with; it must have passed gate 3 (the image workload's default: int8).
-    ``auto``: each shard's worker chooses, bf16 on a CUDA worker where gate 3 passed it, else fp32 (the
-    hf-causal-lm workload's default)."""
+    ``auto``: each shard's worker chooses: on a CUDA worker the fastest variant gate 3 passed and timed on a GPU,
+    else bf16 there where gate 3 passed it, else fp32 (the hf-causal-lm workload's default)."""
     model_ref: str = "candidate"
     """Registry alias or version to generate with."""
     prompts: int = 512

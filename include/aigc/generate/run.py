@@ -34,7 +34,7 @@ from aigc.lake import Lake
 from aigc.lake.base import PreconditionFailed
 from aigc.lake.keys import join, parse_date, partition, run_prefix
 from aigc.lake.publish import new_run_id, publish
-from aigc.registry.loader import served_variant
+from aigc.registry.loader import served_variant, timed_on_gpu
 from aigc.telemetry import across_tasks, sampler_for
 
 if TYPE_CHECKING:  # annotations only: the workload interface imports the stages' modules
@@ -95,7 +95,7 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, worklo
             "model_ref": ref, "version": record["version"], "variant": g.variant, "prompts": pin["prompts"],
             "prompts_key": key, "prompts_sha256": pin["source"]["sha256"], "prompts_pinned": pin["pinned"],
             "refused_lines": pin["refused_lines"], "serves_on": serves_on(g.variant, record), "shards": pin["slices"],
-            "eligible_variants": eligible}
+            "eligible_variants": eligible, "gpu_ms": timed_on_gpu(record, eligible)}
 
 
 def serves_on(variant: str, record: dict) -> str:
@@ -121,7 +121,8 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig, wor
     started = time.perf_counter()
     # The variant this worker serves (``auto``: its device decides): what its rows, its cache keys and its entry name.
     device = pick_device()
-    plan = {**plan, "variant": served_variant(plan["variant"], plan.get("eligible_variants") or [], device)}
+    plan = {**plan, "variant": served_variant(plan["variant"], plan.get("eligible_variants") or [], device,
+                                              plan.get("gpu_ms"))}
     entries = pinned.read_slice(lake, plan["prompts_pinned"], shard)
     prompts = [e for e in entries if "refused" not in e]
     with sampler_for(device, cfg.telemetry, f"generation shard {k}") as gpu:

@@ -40,13 +40,29 @@ def serving_device(variant: str, device: torch.device) -> torch.device:
     return device
 
 
-def served_variant(asked: str, eligible: list[str], device: torch.device) -> str:
+def served_variant(asked: str, eligible: list[str], device: torch.device,
+                   gpu_ms: dict[str, float] | None = None) -> str:
     """The variant a shard serves when ``generate.variant`` is ``asked`` and gate 3 passed ``eligible``: ``asked``
-    itself, or for ``auto``, bf16 on a CUDA device (native there: half fp32's memory, so twice the batch, on the
+    itself, or for ``auto`` on a CUDA device the fastest of the eligible variants gate 3 timed on a GPU (``gpu_ms``:
+    ``timed_on_gpu``), else bf16 on a CUDA device (native there: half fp32's memory, so twice the batch, on the
     tensor cores) where gate 3 passed it, else fp32 (bf16 on a CPU is emulated by most, and slower than fp32)."""
     if asked != AUTO:
         return asked
+    if device.type == "cuda" and gpu_ms:
+        return min(gpu_ms, key=lambda v: (gpu_ms[v], v))
     return "bf16" if device.type == "cuda" and "bf16" in eligible else "fp32"
+
+
+def timed_on_gpu(record: dict, eligible: list[str]) -> dict[str, float]:
+    """The eligible variants gate 3 timed on a GPU (``variant.json``'s device: the gpu queue's worker that built
+    them) → their milliseconds per sample at its larger batch: what ``auto`` chooses from on a CUDA worker."""
+    timed = {}
+    for name in eligible:
+        entry = (record.get("variants") or {}).get(name) or {}
+        batch = entry.get("latency_batch")
+        if str(entry.get("device", "")).startswith("cuda") and batch and f"latency_ms_b{batch}" in entry:
+            timed[name] = float(entry[f"latency_ms_b{batch}"])
+    return timed
 
 
 def load_serving(lake: Lake, name: str, ref: str, variant: str, device: str | torch.device, serve: Callable):
