@@ -95,8 +95,7 @@ class GpuSampler:
 
     def __enter__(self) -> GpuSampler:
         self._started = self.clock()
-        # The first reading here, before the task: a task shorter than a sample period still has one.
-        if self.reason is None and self._open() and self._read():
+        if self.reason is None and self._open():
             self._thread = threading.Thread(target=self._loop, name="gpu-telemetry", daemon=True)
             self._thread.start()
         return self
@@ -107,6 +106,10 @@ class GpuSampler:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+            # The last reading as the task ends (NVML's utilisation covers the period just past, the task's), so a
+            # task shorter than a sample period has one too; none before it, which would read the idle GPU.
+            if self.reason is None:
+                self._read()
 
     # -- what it says -----------------------------------------------------------------------
     def summary(self) -> dict:
