@@ -184,13 +184,13 @@ def across_tasks(summaries: Sequence[dict], floor: float | None = None) -> dict:
 
 NODE_FILE = "gpu-node-{}.json"
 """Beside a training run's summary: what one node's GPUs did (its launcher writes it; ``run_training``)."""
+_NODE_NAME = re.compile(r"gpu-node-\d+\.json")
 
 
 def training_figures(lake: Lake, run_prefix: str) -> dict:
     """A training run's GPU figures: its nodes' (``NODE_FILE``), as one run's; a run from before the sampler has
     none and says so."""
-    named = re.compile(re.escape(NODE_FILE).replace(r"\{\}", r"\d+") + "$")
-    keys = [k for k in lake.list(run_prefix, recursive=False) if named.fullmatch(k.rsplit("/", 1)[-1])]
+    keys = [k for k in lake.list(run_prefix, recursive=False) if _NODE_NAME.fullmatch(k.rsplit("/", 1)[-1])]
     if not keys:
         return {"recorded": False, "reason": "no GPU telemetry beside this run (trained without the launcher, or "
                                              "before the sampler)"}
@@ -204,8 +204,8 @@ def figures_shown(gpu: dict | None) -> dict:
         return {"GPU": "not recorded"}
     if not gpu.get("recorded"):
         return {"GPU": f"not recorded: {gpu.get('reason')}"}
-    low = " (below the floor of {:.0%}: the GPU waited)".format(gpu["min_gpu_utilisation"]) \
-        if gpu.get("low_utilisation") else ""
+    floor = gpu["min_gpu_utilisation"]
+    low = f" (below the floor of {floor:.0%}: the GPU waited)" if gpu.get("low_utilisation") else ""
     shown = {"GPU utilisation (mean)": f"{gpu['utilisation_mean']:.0%}{low}"}
     if "utilisation_p5" in gpu:
         shown["GPU utilisation (p5 / p95)"] = f"{gpu['utilisation_p5']:.0%} / {gpu['utilisation_p95']:.0%}"
