@@ -13,6 +13,8 @@ Every decision reads torch and the environment through this module, so a unit te
 - ``nvml_handle_key``: the NVML device that is CUDA's device ``index``: NVML ignores ``CUDA_VISIBLE_DEVICES``, so
   with ``CUDA_VISIBLE_DEVICES=3`` CUDA's device 0 is NVML's 3 (or a UUID, as the variable may name GPUs);
   ``nvml`` (pynvml, initialised once a process) and ``nvml_handle`` read it for the batch budget and telemetry.
+- ``device_class``: the GPU's model, or the CPU's threads: what a learned batch size holds for, and what stage 5
+  times variants and recommends one per (a worker queue serves one class; generation reads its class's).
 """
 
 from __future__ import annotations
@@ -101,6 +103,17 @@ def nvml():
     return pynvml
 
 
+def synchronizer(device: str | torch.device):
+    """What ends a timing on ``device``: on CUDA a synchronisation (kernels are queued; a clock read at launch
+    measures the launch, not the work), elsewhere nothing."""
+    import torch
+
+    where = torch.device(device)
+    if where.type != "cuda":
+        return lambda: None
+    return lambda: torch.cuda.synchronize(where)
+
+
 def nvml_handle(pynvml, index: int):
     """NVML's handle of CUDA's device ``index`` (``nvml_handle_key``: by index, or by UUID)."""
     key = nvml_handle_key(index)
@@ -109,7 +122,8 @@ def nvml_handle(pynvml, index: int):
 
 def device_class(device: str) -> str:
     """What a batch size learned on ``device`` holds for, as a lake key's part: the GPU's model (``nvidia-h100``…),
-    or the CPU threads torch computes with (``cpu-2-threads``): another host of the same class measures alike."""
+    or the CPU threads torch computes with (``cpu-2-threads``): another host of the same class measures alike.
+    Stage 5's recommendations are kept per class too (``aigc.evaluate.devices``)."""
     import re
 
     import torch

@@ -265,10 +265,17 @@ class GenerateStage(Stage):
 class EvaluateStage(Stage):
     name, gate_name = "evaluate", "evaluation"
 
-    def produce(self, lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str) -> dict:
+    def produce(self, lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str,
+                timings: list[dict] | None = None) -> dict:
         from aigc.evaluate.stage import evaluate
 
-        return evaluate(lake, generation, cfg, run_id=run_id, workload=_workload(cfg, self.name))
+        return evaluate(lake, generation, cfg, run_id=run_id, workload=_workload(cfg, self.name), timings=timings)
+
+    def time_here(self, lake: Lake, generation: dict, cfg: PipelineConfig) -> dict:
+        """The version's variants timed on this worker's GPU (``produce``'s ``timings``), or why not."""
+        from aigc.evaluate.stage import time_on_this_worker
+
+        return time_on_this_worker(lake, generation, cfg, _workload(cfg, self.name))
 
     def gate(self, lake, cfg, produced):
         from aigc.quality.evaluation import validate_evaluation

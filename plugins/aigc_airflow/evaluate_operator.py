@@ -30,15 +30,17 @@ class ReportLink(BaseOperatorLink):
 
 
 class EvaluateOperator(BaseOperator):
-    """Measure the day's generation run (``generation``: stage 4's summary) and write the report."""
+    """Measure the day's generation run (``generation``: stage 4's summary) and write the report; ``timings``: the
+    variants timed on the GPU queue's worker (``EVALUATE.time_here``), recommended for as well."""
 
-    template_fields: Sequence[str] = ("generation",)
+    template_fields: Sequence[str] = ("generation", "timings")
     operator_extra_links = (ReportLink(),)
     ui_color = "#e8eefc"
 
-    def __init__(self, *, generation: Any, **kwargs):
+    def __init__(self, *, generation: Any, timings: Any = None, **kwargs):
         super().__init__(**kwargs)
         self.generation = generation
+        self.timings = timings
         self.report_uri: str | None = None
 
     def execute(self, context) -> dict:
@@ -51,8 +53,9 @@ class EvaluateOperator(BaseOperator):
         lake = open_task_lake()
         hold_partition_or_fail(context, lake)
         try:
-            summary = EVALUATE.produce(lake, self.generation, cfg,
-                                       run_id=dag_run_scoped_id(context, cfg, "evaluate"))
+            timings = self.timings if isinstance(self.timings, list) else [self.timings] if self.timings else []
+            summary = EVALUATE.produce(lake, self.generation, cfg, run_id=dag_run_scoped_id(context, cfg, "evaluate"),
+                                       timings=timings)
         except NoScorer as e:  # the same content is unreadable on a retry: say why now
             raise AirflowFailException(str(e)) from e
         self.report_uri = summary["report_uri"]

@@ -27,6 +27,7 @@ TASK_TIMEOUTS = {
     "train_node": dt.timedelta(hours=8),
     "generate_shard": dt.timedelta(hours=2),
     "evaluate": dt.timedelta(hours=3),
+    "time_on_gpu": dt.timedelta(hours=1),
     "build_variants": dt.timedelta(hours=2),
     "prepare_part": dt.timedelta(hours=4),
     "merge_parts": dt.timedelta(hours=4),

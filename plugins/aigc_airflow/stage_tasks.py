@@ -472,8 +472,17 @@ def evaluate_tasks():
             context, cfg, lake, _date = run_config()
             return announced(context, EVALUATE.publish(lake, cfg, evaluated))
 
+        # Cost is a property of a variant on a device: the GPU queue's worker times them on its GPU (nothing to do
+        # on a worker without one), the evaluation on its CPU; a recommendation per device class follows.
+        @task(queue=GPU_QUEUE, pool=GPU_POOL, execution_timeout=task_timeout("time_on_gpu"))
+        def time_on_gpu(generation: dict) -> dict:
+            from aigc.stages import EVALUATE
+
+            _context, cfg, lake, _date = run_config(hold=False)  # it reads only
+            return EVALUATE.time_here(lake, generation, cfg)
+
         generation = find_generation()
-        evaluate = EvaluateOperator(task_id="evaluate", generation=generation,
+        evaluate = EvaluateOperator(task_id="evaluate", generation=generation, timings=time_on_gpu(generation),
                                     execution_timeout=task_timeout("evaluate"))
         gate = QualityGateOperator(task_id="gate_evaluation", gate="evaluation", prepared=evaluate.output)
         published = publish_content(evaluate.output)

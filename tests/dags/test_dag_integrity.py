@@ -48,7 +48,8 @@ def test_every_task_has_an_owner_retries_and_a_timeout_within_the_date_lease(dag
     gpu = {(d.dag_id, t.task_id) for d in dagbag.dags.values() for t in d.tasks if t.pool == "gpu"}
     assert gpu == {("aigc_pipeline", "train"), ("aigc_pipeline", "train_node"), ("aigc_pipeline", "build_variants"),
                    ("aigc_pipeline", "generate_shard"), ("aigc_train", "train"), ("aigc_train", "train_node"),
-                   ("aigc_deploy", "build_variants"), ("aigc_generate", "generate_shard")}
+                   ("aigc_deploy", "build_variants"), ("aigc_generate", "generate_shard"),
+                   ("aigc_pipeline", "time_on_gpu"), ("aigc_evaluate", "time_on_gpu")}
 
 
 def test_the_stage_dags_form_one_chain_linked_by_assets(dagbag):
@@ -168,8 +169,12 @@ def test_stage_four_fans_out_generation_then_publishes_production_or_hands_a_can
 
 
 def test_stage_five_evaluates_gates_then_publishes_and_promotes(dagbag):
-    down = downstream(dagbag.dags["aigc_evaluate"])
-    assert down["find_generation"] == {"evaluate"}
+    dag = dagbag.dags["aigc_evaluate"]
+    down = downstream(dag)
+    # The variants are timed on the GPU queue's worker, in its slot, before the evaluation recommends per class.
+    assert down["find_generation"] == {"time_on_gpu", "evaluate"} and down["time_on_gpu"] == {"evaluate"}
+    timing = dag.get_task("time_on_gpu")
+    assert (timing.queue, timing.pool) == (os.environ.get("AIGC_GPU_QUEUE", "default"), "gpu")
     assert down["evaluate"] == {"gate_evaluation", "publish_content"}
     assert down["gate_evaluation"] == {"publish_content"}
 

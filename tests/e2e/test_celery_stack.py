@@ -46,7 +46,7 @@ from tests.postgres import POSTGRES, admin_connection, scratch_database
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1800)]
 REDIS = os.environ.get("AIGC_TEST_REDIS", "redis://127.0.0.1:6379")
-GPU_TASKS = {"train", "build_variants", "generate_shard"}
+GPU_TASKS = {"train", "build_variants", "generate_shard", "time_on_gpu"}
 HOW = ("set AIGC_TEST_POSTGRES (an admin URL: the test creates its own database) and AIGC_TEST_REDIS "
        "to servers it may use, e.g. `docker run -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres` "
        "and `docker run -p 6379:6379 redis`")
@@ -215,7 +215,7 @@ def test_training_after_the_backfill_uses_its_window_with_gpu_tasks_on_the_gpu_q
     """One all-stages run of the last date, three days' window: it trains on the backfilled partitions, its
     training, its variants' timing and its generation shards on the gpu worker, everything else on the default
     one."""
-    # fp32, a torch variant: its shards take the GPU queue (int8, the default, serves on the CPU and would not).
+    # fp32, a torch variant: its shards take the GPU queue (int8 serves on the CPU and would not).
     run_id = celery_stack.trigger({**SMOKE_CONF, "window_days": 3, "variant": "fp32"},
                                   logical_date=f"{DATES[-1]}T00:00:00Z")
     state = celery_stack.wait_for_runs([run_id], timeout=1200)[run_id]
@@ -239,7 +239,7 @@ def test_training_after_the_backfill_uses_its_window_with_gpu_tasks_on_the_gpu_q
     ours = [t for t in celery_stack.task_instances(run_id) if t["task_id"] in GPU_TASKS]
     skipped = {t["task_id"] for t in celery_stack.task_instances(run_id) if t["state"] == "skipped"}
     assert "generate_shard_cpu" in skipped and "generate_shard" not in skipped
-    assert len(ours) == 4 and received["gpu"] == sum(1 for t in tis if t["task_id"] in GPU_TASKS), received
+    assert len(ours) == 5 and received["gpu"] == sum(1 for t in tis if t["task_id"] in GPU_TASKS), received
     assert received["default"] >= len(tis) - received["gpu"], received
     lake = open_lake(celery_stack.lake_uri)
     published = published_runs(lake, DATES[-1])

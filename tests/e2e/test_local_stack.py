@@ -23,6 +23,7 @@ from aigc.lake.keys import partition
 from aigc.lake.lease import date_lease
 from aigc.lake.publish import NotPublished, resolve
 from aigc.registry import Registry
+from aigc.registry.loader import recommended_for
 from tests.e2e import browser
 from tests.e2e.stack import (
     DAG_ID,
@@ -167,12 +168,22 @@ def test_a_run_triggered_through_the_rest_api_publishes_every_stage_and_says_so_
     assert manifest["generated"] == 24 and manifest["rows"] == manifest["prompts"] == 24 + manifest["refused"]
     assert extra["aigc_generations_for_evaluation"]["run_id"] == manifest["run_id"]
     assert Registry(lake, "shapes-cvae").aliases()["aliases"]["production"]
-    # Stage 4 as two mapped shards on the CPU queue (int8, the smoke preset's variant, serves on the CPU: no shard
-    # took a GPU slot), each prompt answered once by its own id, a gallery beside them.
+    # Stage 4 as two mapped shards of `auto` (the smoke preset's variant), each worker serving what stage 5
+    # recommended for its device class (production's, where there is one; fp32 on the first night), each prompt
+    # answered once by its own id, a gallery beside them.
     shards = {t["map_index"]: t["state"] for t in local_stack.task_instances(api_run) if t["task_id"] ==
-              "generate_shard_cpu"}
+              "generate_shard"}
     assert shards == {0: "success", 1: "success"} and len(manifest["shards"]) == 2, shards
-    assert {t["state"] for t in local_stack.task_instances(api_run) if t["task_id"] == "generate_shard"} == {"skipped"}
+    assert {t["state"] for t in local_stack.task_instances(api_run)
+            if t["task_id"] == "generate_shard_cpu"} == {"skipped"}
+    registry = Registry(lake, "shapes-cvae")
+    recommended = manifest["recommended_by"] and recommended_for(
+        registry.get(manifest["recommended_by"])["recommended_by_device"], "cpu-any",
+        registry.get(manifest["version"])["smoke_test"]["eligible_variants"])
+    assert (manifest["variant_asked"], manifest["variant"]) == ("auto", recommended or "fp32")
+    # Stage 5 asked the GPU queue's worker to time the variants: it has no GPU, and said so.
+    timed = next(t for t in local_stack.task_instances(api_run) if t["task_id"] == "time_on_gpu")
+    assert timed["state"] == "success"
     keys = [k for k in lake.list(generations) if k.rsplit("/", 1)[-1].startswith("shard-")]
     answered = lake.read_parquet(keys, columns=["prompt_id"]).column("prompt_id").to_pylist()
     assert len(answered) == len(set(answered)) == manifest["prompts"]

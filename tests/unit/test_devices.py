@@ -103,3 +103,15 @@ def test_a_checkpoint_from_before_the_gpu_state_was_kept_still_resumes():
     expected = torch.rand(2)
     D.restore_rng(bare, torch.device("cpu"))
     assert torch.equal(torch.rand(2), expected)
+
+
+def test_a_timing_on_cuda_ends_at_a_synchronisation_of_that_device_and_on_the_cpu_at_nothing(monkeypatch):
+    import torch
+
+    from aigc.devices import synchronizer
+
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", synced.append)
+    synchronizer("cpu")()
+    synchronizer("cuda:1")()
+    assert synced == [torch.device("cuda", 1)]

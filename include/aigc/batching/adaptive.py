@@ -12,7 +12,8 @@ one, as fixed batches over sorted items would be. Per bucket:
   items) was still climbing when its items ran out, from that bucket's best size so far, scaled
   the same way, climbing on (a run of few items per bucket would otherwise restart from one item
   in every bucket and spend itself exploring); else from ``start_batch`` items of the shard's
-  cheapest kind, scaled the same way (a token budget), at most an eighth of the items left.
+  cheapest kind, scaled the same way (a token budget), at most an eighth of the items left; with
+  ``start_batch=None`` (stage 4 on a GPU) from the memory plan itself, at most an eighth of the items left.
   Always capped by the memory plan (the most items the memory model says fit the budget). Memory
   is a ceiling throughout; until a measured peak has calibrated the memory model, only
   ``prior_trust`` (70 %) of the budget is planned on.
@@ -138,7 +139,8 @@ class AdaptiveBatcher:
                  budget_bytes: Callable[[], float], *, grow: float = 2.0, shrink: float = 0.7,
                  max_batch: int | None = None, max_retries: int = 8, backoff_s: float = 0.05,
                  backoff_max_s: float = 2.0, jitter: float = 0.5, tolerance: float = 0.03, judge_s: float = 0.1,
-                 judge_batches: int = 2, start_batch: int = 32, reprobe_every: int = 32, ceiling_ttl: int = 16,
+                 judge_batches: int = 2, start_batch: int | None = 32, reprobe_every: int = 32,
+                 ceiling_ttl: int = 16,
                  prior_trust: float = 0.7, learned: dict[int, int] | None = None,
                  peaks: PeakMeter | None = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.perf_counter,
@@ -194,7 +196,8 @@ class AdaptiveBatcher:
             # The bucket before ran out of items while its sizes still paid: go on from where it got to.
             size = max(climbing.best_size, self._same_work(climbing.best_size, before, key))
             return _Bucket(size=max(1, min(self._memory_cap(first), size)), start_size=0)
-        size = settled or self._same_work(self.start_batch, shortest, key)
+        size = settled or (self._same_work(self.start_batch, shortest, key) if self.start_batch
+                           else self._memory_cap(first))
         size = max(1, min(self._memory_cap(first), math.ceil(left / 8), size))
         return _Bucket(size=size, start_size=size)
 

@@ -99,8 +99,9 @@ FORM: tuple[FormField, ...] = (
                           "key or URI under the lake). Empty: the date's dropped file, else a demo set."),
     FormField("variant", "Generation variant", "generate", "string", ("generate", "variant"), SERVING,
               enum=(AUTO, *VARIANTS),
-              description="A variant that passed gate 3 (empty: the preset's); auto: on a CUDA worker the fastest "
-                          "that gate 3 passed and timed on a GPU, else bf16 there where gate 3 passed it, else fp32."),
+              description="A variant that passed gate 3 (empty: the preset's, auto); auto: what stage 5 recommended "
+                          "for the worker's device class, else on a CUDA worker the fastest that gate 3 passed and "
+                          "timed on a GPU, else bf16 there where gate 3 passed it, else fp32."),
     FormField("prompts", "Demo prompts", "generate", "integer", ("generate", "prompts"), SERVING, minimum=1,
               maximum=1_000_000, description="Held-out captions to generate for when no prompt file was dropped."),
     FormField("generate_shards", "Generation shards", "generate", "integer", ("generate", "shards"), SERVING,

@@ -124,10 +124,12 @@ class BatchingConfig:
 class GenerateConfig:
     """Stage 4: which prompts, which model variant, how many mapped shards."""
 
-    variant: str = "fp32"
-    """The candidate's variant to generate with; it must have passed gate 3 (the image workload's default: int8).
-    ``auto``: each shard's worker chooses: on a CUDA worker the fastest variant gate 3 passed and timed on a GPU,
-    else bf16 there where gate 3 passed it, else fp32 (the hf-causal-lm workload's default)."""
+    variant: str = AUTO
+    """The candidate's variant to generate with; it must have passed gate 3. ``auto`` (the default): each shard's
+    worker chooses: the variant stage 5 recommended for its device class (the
+    version's, else production's), else on a CUDA worker the fastest variant gate 3 passed and timed on a GPU, else
+    bf16 there where gate 3 passed it, else fp32; ONNX and int8 variants only where a CPU worker's class had them
+    recommended."""
     model_ref: str = "candidate"
     """Registry alias or version to generate with."""
     prompts: int = 512

@@ -24,6 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from aigc.devices import device_class
+from aigc.evaluate.devices import local_gpu_timings, points_on, time_configurations, timing_of
 from aigc.evaluate.metrics import beats, pareto_front, recommend
 from aigc.evaluate.stats import Estimate, Sequential, design, paired_difference, sequential_rate, wilson
 from aigc.lake.keys import join, parse_date
@@ -92,7 +96,7 @@ class Judge(ABC):
 
     def __init__(self, lake, ev: Evaluation, cfg, workload):
         self.lake, self.ev, self.cfg, self.workload = lake, ev, cfg, workload
-        self._loaded: dict[tuple[str, str], Any] = {}
+        self._loaded: dict[tuple[str, str, str], Any] = {}
 
     @abstractmethod
     def content(self, generated: list[dict]) -> Judged:
@@ -108,14 +112,15 @@ class Judge(ABC):
     def judge(self, serving, prompts: list[dict]) -> Judged:
         """A loaded configuration's answers to every evaluation prompt, judged: its quality in the grid."""
 
-    def load(self, version: str, variant: str):
-        """A version's variant to evaluate (on the CPU: the grid compares variants on one device), loaded once."""
+    def load(self, version: str, variant: str, device: str | torch.device = "cpu"):
+        """A version's variant, loaded once per device: quality is judged on the CPU (one device for every variant),
+        cost is timed on each device class (``aigc.evaluate.devices``)."""
         from aigc.registry.loader import load_serving
 
-        if (version, variant) not in self._loaded:
-            self._loaded[(version, variant)] = load_serving(self.lake, self.ev.model, version, variant, "cpu",
-                                                            self.workload.serving)
-        return self._loaded[(version, variant)]
+        key = (version, variant, str(device))
+        if key not in self._loaded:
+            self._loaded[key] = load_serving(self.lake, self.ev.model, version, variant, device, self.workload.serving)
+        return self._loaded[key]
 
     def answer(self, serving, policy: str, prompts: list[dict]) -> list:
         """Answers by a batch policy (what the grid times): one prompt at a time, or a batch as stage 4 makes."""
@@ -153,23 +158,17 @@ def measure_grid(judge: Judge, prompts: list[dict], cfg) -> tuple[list[dict], di
     """(points, verdicts by variant, scores by variant where the judge gives them): each eligible variant × policy
     with its quality and measured cost."""
     e, ev = cfg.evaluate, judge.ev
-    servings = {v: judge.load(ev.version, v) for v in ev.eligible}
     quality = {}
-    for variant, serving in servings.items():
-        quality[variant] = judge.judge(serving, prompts)
+    for variant in ev.eligible:
+        quality[variant] = judge.judge(judge.load(ev.version, variant), prompts)
         log.info("pareto grid: %-6s alignment %s", variant, quality[variant].interval)
-    timing = prompts[: e.latency_prompts]
-    rounds: dict[tuple[str, str], list[float]] = {(v, p): [] for v in servings for p in e.policy_list}
     compared: dict[tuple[str, str], dict] = {}
-    for serving in servings.values():
-        judge.answer(serving, "batch1", timing[:2])  # warm-up: first-call allocations are not latency
-    for round_ in range(e.latency_rounds):
-        for (variant, policy), times in rounds.items():
-            started = time.perf_counter()
-            outputs = judge.answer(servings[variant], policy, timing)
-            times.append((time.perf_counter() - started) * 1000 / max(1, len(timing)))
-            if round_ == 0:
-                compared[(variant, policy)] = judge.compare(outputs, quality[variant])
+
+    def compare(variant: str, policy: str, outputs: list) -> None:
+        compared[(variant, policy)] = judge.compare(outputs, quality[variant])
+
+    rounds = time_configurations(judge, prompts[: e.latency_prompts], cfg, torch.device("cpu"), ev.eligible,
+                                 on_first_round=compare)
     points = []
     for (variant, policy), times in rounds.items():
         q = quality[variant]
@@ -309,9 +308,55 @@ def with_design(looked: Sequential | None, cfg) -> dict | None:
                                                    confidence=e.confidence, max_rounds=e.max_rounds)}
 
 
-def evaluate(lake, generation: dict, cfg, *, run_id: str, workload) -> dict:
+def time_on_this_worker(lake, generation: dict, cfg, workload, device: torch.device | None = None) -> dict:
+    """The GPU queue's part of stage 5 (``aigc_airflow`` runs it there, before the evaluation): the version's
+    eligible variants timed on this worker's GPU (``devices.timing_of``), or why not (no CUDA device: the
+    evaluation's CPU grid covers a CPU worker)."""
+    from aigc.devices import pick_device
+
+    device = device or pick_device()
+    if device.type != "cuda":
+        return {"device_class": None, "reason": f"no CUDA device on this worker ({device}): the evaluation's own "
+                                                "grid times the CPU"}
+    judge = workload.judge(lake, Evaluation.of(lake, generation, run_id="timing"), cfg)
+    return timing_of(judge, judge.eval_prompts(cfg.evaluate.eval_prompts)[: cfg.evaluate.latency_prompts], cfg,
+                     device)
+
+
+def recommend_per_class(judge: Judge, prompts: list[dict], verdicts: dict, cfg, scores: dict, grid: list[dict],
+                        timings: list[dict]) -> dict[str, dict]:
+    """Each timed class's grid, front and recommendation (``recommend_on_evidence`` on its latencies, the grid's
+    quality; a longer look extends the shared verdicts, so a prompt is judged once whatever the classes)."""
+    found = {}
+    for timing in timings:
+        if timing.get("version") not in (None, judge.ev.version):
+            raise ValueError(f"a timing of {timing['version']} handed to the evaluation of {judge.ev.version}")
+        chosen, points = recommend_on_evidence(judge, prompts, points_on(grid, timing), verdicts, cfg, scores)
+        front = pareto_front([p for p in points if p["alignment"] is not None], "alignment", "latency_ms")
+        found[timing["device_class"]] = {"recommended": chosen, "points": points, "front": front,
+                                         "device": timing["device"]}
+        log.info("recommended on %s: %s", timing["device_class"], chosen and f"{chosen['variant']}/{chosen['policy']}")
+    return found
+
+
+def other_device_classes(judge: Judge, prompts: list[dict], grid: list[dict], verdicts: dict, scores: dict, cfg,
+                         timings: list[dict]) -> dict[str, dict]:
+    """The grid on every device class but the evaluation's CPU: ``timings`` handed in (the GPU queue's), and a GPU
+    of this process of a class none of them timed (``aigc evaluate`` on a GPU host)."""
+    timed = [t for t in timings if t.get("device_class")]
+    for t in timings:
+        if not t.get("device_class"):
+            log.info("no device class timed by a worker: %s", t.get("reason"))
+    timed += local_gpu_timings(judge, prompts[: cfg.evaluate.latency_prompts], cfg,
+                               {device_class("cpu"), *(t["device_class"] for t in timed)})
+    return recommend_per_class(judge, prompts, verdicts, cfg, scores, grid, timed)
+
+
+def evaluate(lake, generation: dict, cfg, *, run_id: str, workload, timings: list[dict] | None = None) -> dict:
     """Measure the generation run ``generation`` (stage 4's summary: model, version, date, run_id) and write the
-    evaluation run; every figure a decision reads comes with its interval and the sample it rests on."""
+    evaluation run; every figure a decision reads comes with its interval and the sample it rests on. ``timings``:
+    the variants timed on other device classes (``devices.time_on_this_worker``, the GPU queue's task), each then
+    recommended for (``recommended_by_device``), as is a GPU this process sees that none of them timed."""
     from aigc.evaluate.review import agreement
     from aigc.plots import pareto_chart
 
@@ -324,14 +369,20 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload) -> dict:
     figures, intervals = judge.figures(content, generated)
 
     prompts = judge.eval_prompts(e.eval_prompts)
-    points, verdicts, scores = measure_grid(judge, prompts, cfg)
-    chosen, points = recommend_on_evidence(judge, prompts, points, verdicts, cfg, scores)
+    grid, verdicts, scores = measure_grid(judge, prompts, cfg)
+    chosen, points = recommend_on_evidence(judge, prompts, grid, verdicts, cfg, scores)
     front = pareto_front([p for p in points if p["alignment"] is not None], "alignment", "latency_ms")
+    by_device = other_device_classes(judge, prompts, grid, verdicts, scores, cfg, timings or [])
     compared = against_production(judge, prompts, verdicts["fp32"][: len(prompts)], e.confidence)
     production, regression, to_best = compared["production"], compared["vs_production"], compared["vs_best"]
     looked = look_until_decided(judge, verdicts[chosen["variant"]], chosen["variant"], judge.eval_prompts, cfg,
                                 first=len(prompts)) if chosen else None
     model_alignment = looked.estimate if looked else None
+    # A class recommended another variant: its alignment is held to gate 5's minimum as the CPU's is.
+    looked_by_device = {cls: look_until_decided(judge, verdicts[c["variant"]], c["variant"], judge.eval_prompts, cfg,
+                                                first=len(prompts))
+                        for cls, found in by_device.items()
+                        if (c := found["recommended"]) and (not chosen or c["variant"] != chosen["variant"])}
     content_looked = look_until_decided(judge, content.verdicts, generated[0]["variant"],
                                         day_prompts_again(generated), cfg) if generated else None
     rule = (f"the cheapest configuration shown to be no worse than the best by {e.epsilon} or more (the upper end of "
@@ -348,10 +399,12 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload) -> dict:
         "workload": workload.name, "alignment": {"all": content.interval.value}, "generated": len(generated),
         "refused": sum(r["status"] == "refused" for r in ev.rows), "safety_violations": violations,
         "eval_prompts": len(prompts), "recommended": chosen, "recommendation_rule": rule,
+        "recommended_by_device": {device_class("cpu"): chosen, **{c: f["recommended"] for c, f in by_device.items()}},
         "score_name": judge.score_name if scores else None,
         "production_before": production, "best_before": compared["best"],
         "evidence": {"model_alignment": with_design(looked, cfg),
-                     "content_alignment": with_design(content_looked, cfg)},
+                     "content_alignment": with_design(content_looked, cfg),
+                     "model_alignment_by_device": {c: with_design(x, cfg) for c, x in looked_by_device.items()}},
         "regression_vs_production": round(regression.value, 4) if regression else None,
         # What the GPUs did for the version's training and the day's generation (or why nothing was recorded).
         "gpu": {"training": (ev.record.get("training") or {}).get("gpu"), "generation": generation.get("gpu")},
@@ -360,11 +413,14 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload) -> dict:
                       "content_alignment": content_looked.estimate.to_dict() if content_looked else None,
                       "model_alignment": model_alignment.to_dict() if model_alignment else None,
                       "regression_vs_production": regression.to_dict() if regression else None,
-                      "regression_vs_best": to_best.to_dict() if to_best else None, **intervals},
+                      "regression_vs_best": to_best.to_dict() if to_best else None,
+                      "model_alignment_by_device": {c: x.estimate.to_dict() for c, x in looked_by_device.items()},
+                      **intervals},
     }
     prefix = ev.prefix
     lake.put_json(join(prefix, "pareto.json"), {"points": points, "front": front, "recommended": chosen,
-                                                "rule": rule, "eval_prompts": len(prompts)})
+                                                "rule": rule, "eval_prompts": len(prompts),
+                                                "device_class": device_class("cpu"), "by_device": by_device})
     lake.put_bytes(join(prefix, "pareto.png"), pareto_chart(points, front, chosen))
     queue = judge.review(generated, content, e.review_items)
     lake.put_bytes(join(prefix, "review", "queue.jsonl"), "".join(json.dumps(x) + "\n" for x in queue).encode())
@@ -379,5 +435,6 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload) -> dict:
     return {"stage": "evaluate", "date": ev.date, "run_id": run_id, "model": ev.model, "version": ev.version,
             "generation_run": generation["run_id"], "alignment": content.interval.value,
             "safety_violations": violations, "recommended": chosen,
+            "recommended_by_device": {c: r and r["variant"] for c, r in metrics["recommended_by_device"].items()},
             "report_uri": lake.url(join(prefix, "report.html")), "run_uri": lake.url(prefix),
             **judge.summary(metrics)}

@@ -22,7 +22,7 @@ from typing import Any
 
 from aigc.batching import AdaptiveBatcher, BatchReport, DeviceProbe, MemoryModel, meter_for
 from aigc.batching.faults import SimulatedOOM
-from aigc.devices import device_class
+from aigc.devices import device_class, synchronizer
 from aigc.lake.base import ObjectNotFound, PreconditionFailed
 from aigc.lake.keys import join
 from aigc.safety import blocked_term
@@ -136,6 +136,7 @@ def answer_shard(lake, plan: dict, prompts: list[dict], cfg, model: ShardModel, 
     probe = DeviceProbe(model.device, budget_fraction=b.budget_fraction, safety_margin_bytes=b.safety_margin_mb << 20,
                         budget_bytes=b.budget_mb << 20)
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aigc-shard-writer")
+    synchronize = synchronizer(model.device)
 
     def finish(j: int, output: Any, per_item_ms: float, size: int) -> dict:
         values, blob = model.finish(items[j], output)
@@ -148,14 +149,18 @@ def answer_shard(lake, plan: dict, prompts: list[dict], cfg, model: ShardModel, 
             faults.check([lengths[j] for j in batch])
         t0 = time.perf_counter()
         outputs = model.run([items[j] for j in batch])
+        synchronize()  # a run that returns CUDA tensors has only queued its kernels: time the work, not the launch
         per_item = (time.perf_counter() - t0) * 1000 / len(batch)
         return [writer.submit(finish, j, out, per_item, len(batch)) for j, out in zip(batch, outputs, strict=True)]
 
     learned_key = join(run_prefix, LEARNED)
     carried_key = join(cache_prefix, CARRIED.format(device=device_class(model.device)))
     learned = (_learned(lake, learned_key) or _learned(lake, carried_key)) if model.remember_sizes else {}
+    # On a GPU the first size comes from the memory plan (free memory and the model), not a small fixed start:
+    # a GPU's throughput climbs with the batch far past a CPU's, and the climb from 32 would cost the shard.
+    on_gpu = str(model.device).startswith("cuda")
     batcher = AdaptiveBatcher(run_batch, lengths, model.memory, probe.budget_bytes, **b.batcher_options(),
-                              learned=learned, peaks=meter_for(model.device))
+                              learned=learned, peaks=meter_for(model.device), start_batch=None if on_gpu else 32)
     try:
         pending, report = batcher() if todo else ([], BatchReport(learned=learned))
         generated = [f.result() for f in pending]

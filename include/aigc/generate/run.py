@@ -77,7 +77,8 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, worklo
 
     date, g = parse_date(date), cfg.generate
     ref = model_ref or g.model_ref
-    record = Registry(lake, cfg.model.name).get(ref)
+    registry = Registry(lake, cfg.model.name)
+    record = registry.get(ref)
     eligible = (record.get("smoke_test") or {}).get("eligible_variants") or []
     if (g.variant if g.variant != AUTO else "fp32") not in eligible:
         raise VariantNotEligible(f"{cfg.model.name} {record['version']} ({ref}): variant {g.variant!r} has "
@@ -95,7 +96,24 @@ def plan_generation(lake: Lake, date: str | dt.date, cfg: PipelineConfig, worklo
             "model_ref": ref, "version": record["version"], "variant": g.variant, "prompts": pin["prompts"],
             "prompts_key": key, "prompts_sha256": pin["source"]["sha256"], "prompts_pinned": pin["pinned"],
             "refused_lines": pin["refused_lines"], "serves_on": serves_on(g.variant, record), "shards": pin["slices"],
-            "eligible_variants": eligible, "gpu_ms": timed_on_gpu(record, eligible)}
+            "eligible_variants": eligible, "gpu_ms": timed_on_gpu(record, eligible),
+            **recommendations(registry, record)}
+
+
+def recommendations(registry, record: dict) -> dict:
+    """What ``auto`` serves per device class (``registry.loader.served_variant``): stage 5's recommendations for
+    this version, else for production's (a candidate generates before it is evaluated: production's is the
+    nearest measured choice, taken where gate 3 passed the same variant for this version). A record evaluated
+    before recommendations were kept per class has one, made on the evaluation's CPU: any CPU reads it."""
+    def of(found: dict) -> dict:
+        return found.get("recommended_by_device") or (
+            {"cpu-evaluation": found["recommended"]} if found.get("recommended") else {})
+
+    source = record
+    production = registry.aliases()["aliases"].get("production")
+    if not of(record) and production and production != record["version"]:
+        source = registry.get(production)
+    return {"recommended_by_device": of(source), "recommended_by": source["version"] if of(source) else None}
 
 
 def serves_on(variant: str, record: dict) -> str:
@@ -122,7 +140,7 @@ def generate_shard(lake: Lake, plan: dict, shard: dict, cfg: PipelineConfig, wor
     # The variant this worker serves (``auto``: its device decides): what its rows, its cache keys and its entry name.
     device = pick_device()
     plan = {**plan, "variant": served_variant(plan["variant"], plan.get("eligible_variants") or [], device,
-                                              plan.get("gpu_ms"))}
+                                              plan.get("gpu_ms"), plan.get("recommended_by_device"))}
     entries = pinned.read_slice(lake, plan["prompts_pinned"], shard)
     prompts = [e for e in entries if "refused" not in e]
     with sampler_for(device, cfg.telemetry, f"generation shard {k}") as gpu:
@@ -194,7 +212,8 @@ def finish_generation(lake: Lake, plan: dict, cfg: PipelineConfig, workload: Wor
     # What the shards served: the variant asked for, or where it was ``auto``, what the workers chose.
     served = "+".join(sorted({e.get("variant", plan["variant"]) for e in entries}))
     manifest = {**{k: plan[k] for k in ("date", "run_id", "model", "version", "prompts")}, "variant": served,
-                "variant_asked": plan["variant"], "model_ref": plan.get("model_ref"),
+                "variant_asked": plan["variant"], "recommended_by": plan.get("recommended_by"),
+                "model_ref": plan.get("model_ref"),
                 "prompts_key": plan["prompts_key"], "prompts_uri": lake.url(plan["prompts_key"]),
                 "prompts_sha256": plan["prompts_sha256"], "prompts_pinned": plan["prompts_pinned"],
                 "plan_shards": plan["shards"],

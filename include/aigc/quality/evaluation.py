@@ -17,6 +17,7 @@ top of the report, which is re-written with the gate's verdict either way.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -96,6 +97,20 @@ def checks_html(checks: list[dict]) -> str:
     return f"<table><tr>{head}</tr>{rows}</table>"
 
 
+def by_device_html(metrics: dict) -> str:
+    """A report's "Recommended per device class" section: what ``auto`` serves on each worker class stage 5 timed
+    (``metrics["recommended_by_device"]``, ``aigc.evaluate.devices``)."""
+    import html
+
+    rows = "".join(f"<tr><th>{html.escape(cls)}</th><td>{html.escape(str(rec['variant']))}</td>"
+                   f"<td>{html.escape(str(rec.get('policy')))}</td><td>{rec['latency_ms']:.3f}</td></tr>"
+                   if rec else f"<tr><th>{html.escape(cls)}</th><td colspan=3>none: no configuration measured</td></tr>"
+                   for cls, rec in sorted((metrics.get("recommended_by_device") or {}).items()))
+    return (f"<h2>Recommended per device class</h2><p>What <code>generate.variant=auto</code> serves on a worker of "
+            f"each class the variants were timed on (ms per sample on that class).</p><table><tr><th>class</th>"
+            f"<th>variant</th><th>policy</th><th>ms</th></tr>{rows}</table>")
+
+
 def gpu_html(metrics: dict) -> str:
     """A report's "GPU use" section: what the GPUs did for the version's training and the day's generation
     (``metrics["gpu"]``, from ``aigc.telemetry``), or why nothing was recorded."""
@@ -138,8 +153,11 @@ def alignment_checks(metrics: dict, t: EvaluationGateThresholds, content: tuple[
                      model: tuple[str, str]) -> list[Check]:
     """Gate 5's two alignment checks, on evidence, as every workload words them: ``content`` and ``model`` are
     (title, failure) of the day's content's and of the recommended configuration's, the failure a template with
-    ``{figure}`` (the figure, its interval and sample) and ``{minimum}``."""
+    ``{figure}`` (the figure, its interval and sample) and ``{minimum}``. A device class whose recommendation is
+    another variant (``recommended_by_device``) has its own model check: what a GPU worker will serve meets the
+    minimum as the CPU's does."""
     day, model_figure = content_alignment(metrics), metrics["intervals"].get("model_alignment")
+    by_device = metrics["intervals"].get("model_alignment_by_device") or {}
     return [
         evidence_check("content_alignment", content[0], day, t.min_alignment,
                        content[1].format(figure=figure(day), minimum=f"{t.min_alignment:g}"),
@@ -147,6 +165,12 @@ def alignment_checks(metrics: dict, t: EvaluationGateThresholds, content: tuple[
         evidence_check("model_alignment", model[0], model_figure, t.min_alignment,
                        model[1].format(figure=figure(model_figure), minimum=f"{t.min_alignment:g}"),
                        more=more_evaluation_prompts(metrics), looked=looks(metrics, "model_alignment")),
+        *(evidence_check(f"model_alignment_{re.sub(r'[^a-z0-9]+', '_', cls)}", f"{model[0]}, as recommended on {cls}",
+                         estimate, t.min_alignment,
+                         model[1].format(figure=figure(estimate), minimum=f"{t.min_alignment:g}"),
+                         more=more_evaluation_prompts(metrics),
+                         looked=((metrics.get("evidence") or {}).get("model_alignment_by_device") or {}).get(cls))
+          for cls, estimate in sorted(by_device.items())),
     ]
 
 
@@ -281,7 +305,8 @@ def promote_and_publish(lake: Lake, evaluated: dict, cfg: PipelineConfig) -> dic
     refs.hold(lake, prefix, [generation_run], why=f"the generation run evaluation {run_id} scored")
     refs.hold(lake, registry.version_prefix(version), [prefix, generation_run],
               why=f"{version}'s evaluation for {date} and the generations it scored")
-    verdict = ({"recommended": evaluated["recommended"]} if decision["promote"]
+    verdict = ({"recommended": evaluated["recommended"],
+                "recommended_by_device": metrics.get("recommended_by_device") or {}} if decision["promote"]
                else {"not_promoted": {"date": date, "reason": decision["reason"]}})
     registry.update_record(version, evaluation={"date": date, "run": prefix, "generation_run": generation_run},
                            **verdict)

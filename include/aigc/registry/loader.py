@@ -41,16 +41,35 @@ def serving_device(variant: str, device: torch.device) -> torch.device:
 
 
 def served_variant(asked: str, eligible: list[str], device: torch.device,
-                   gpu_ms: dict[str, float] | None = None) -> str:
+                   gpu_ms: dict[str, float] | None = None, by_device: dict[str, dict] | None = None) -> str:
     """The variant a shard serves when ``generate.variant`` is ``asked`` and gate 3 passed ``eligible``: ``asked``
-    itself, or for ``auto`` on a CUDA device the fastest of the eligible variants gate 3 timed on a GPU (``gpu_ms``:
-    ``timed_on_gpu``), else bf16 on a CUDA device (native there: half fp32's memory, so twice the batch, on the
-    tensor cores) where gate 3 passed it, else fp32 (bf16 on a CPU is emulated by most, and slower than fp32)."""
+    itself, or for ``auto`` the variant stage 5 recommended for this device's class (``by_device``:
+    ``recommended_by_device``; ``recommended_for``), else on a CUDA device the fastest of the eligible variants
+    gate 3 timed on a GPU (``gpu_ms``: ``timed_on_gpu``), else bf16 on a CUDA device (native there: half fp32's
+    memory, so twice the batch, on the tensor cores) where gate 3 passed it, else fp32 (bf16 on a CPU is emulated
+    by most, and slower than fp32)."""
     if asked != AUTO:
         return asked
+    from aigc.devices import device_class
+
+    if by_device and (recommended := recommended_for(by_device, device_class(str(device)), eligible)):
+        return recommended
     if device.type == "cuda" and gpu_ms:
         return min(gpu_ms, key=lambda v: (gpu_ms[v], v))
     return "bf16" if device.type == "cuda" and "bf16" in eligible else "fp32"
+
+
+def recommended_for(by_device: dict[str, dict] | None, cls: str, eligible: list[str]) -> str | None:
+    """The variant stage 5 recommended for the class ``cls`` (``recommended_by_device``), where gate 3 passed it;
+    a CPU of another thread count reads a CPU's (a variant fastest on two threads is rarely beaten on sixteen by
+    one that was slower; a GPU model's is its own)."""
+    by_device = by_device or {}
+    same = [cls] + sorted(c for c in by_device if cls.startswith("cpu-") and c.startswith("cpu-") and c != cls)
+    for c in same:
+        variant = (by_device.get(c) or {}).get("variant")
+        if variant in eligible:
+            return variant
+    return None
 
 
 def timed_on_gpu(record: dict, eligible: list[str]) -> dict[str, float]:

@@ -319,6 +319,20 @@ def test_a_new_bucket_starts_from_its_nearest_measured_neighbour_scaled_to_its_c
     assert alone.sizes[0] == 32
 
 
+def test_on_a_gpu_a_bucket_starts_from_the_memory_plan_not_a_small_fixed_size():
+    """``start_batch=None`` (stage 4 on a CUDA worker): the first size is what the memory plan says fits (the
+    prior trusted to 70 % before a peak calibrated it), at most an eighth of the items; the fixed start's 32 is not
+    read. A GPU whose throughput still climbs at 256 then grows from there."""
+    model = MemoryModel(width=WIDTH)
+    budget = model.predict([64] * 100) / 0.7  # the plan: 100 items of length 64 in 70 % of this budget
+    _, report = AdaptiveBatcher(lambda batch: batch, [64] * 4_000, model, lambda: budget, clock=FakeClock(),
+                                start_batch=None)()
+    assert report.sizes[0] == model.max_items(64, budget * 0.7) == 100
+    _, few = AdaptiveBatcher(lambda batch: batch, [64] * 400, MemoryModel(width=WIDTH), lambda: budget,
+                             clock=FakeClock(), start_batch=None)()
+    assert few.sizes[0] == 50  # an eighth of the items: room to compare
+
+
 def test_without_a_neighbour_a_bucket_starts_from_the_same_work_as_start_batch_of_the_cheapest_items():
     # 32 items of length 8 are the work of one item of length 1,024 (the model's d² + L²), not of 32 of them.
     lengths = [1024] * 80 + [8] * 800

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+import aigc.devices
 from aigc.config import BatchingConfig, EvaluateConfig, GenerateConfig
 from aigc.evaluate import stage
 from aigc.evaluate.runs import evaluation_prefix
@@ -33,9 +34,16 @@ def config():
                                      review_items=6)).override({"workload": {"settings": {"reference_seeds": 1}}})
 
 
-def evaluate(lake, generation: dict, cfg, *, run_id: str) -> dict:
+def evaluate(lake, generation: dict, cfg, *, run_id: str, timings: list[dict] | None = None) -> dict:
     """Stage 5 (the core's skeleton) with the image workload's judge."""
-    return stage.evaluate(lake, generation, cfg, run_id=run_id, workload=IMAGE)
+    return stage.evaluate(lake, generation, cfg, run_id=run_id, workload=IMAGE, timings=timings)
+
+
+# What the GPU queue's task hands the evaluation (``devices.timing_of``) from an H100 worker, and from a worker
+# without CUDA (nothing timed: the evaluation's own CPU grid covers it).
+GPU_TIMINGS = [{"device_class": "cuda:nvidia-h100", "device": "cuda:0", "version": "v0001", "prompts": 8,
+                "rounds_ms": {"fp32/batch1": [0.9], "fp32/adaptive": [0.1]}},
+               {"device_class": None, "reason": "no CUDA device on this worker (cpu)"}]
 
 
 def generate(lake, cfg):
@@ -51,7 +59,8 @@ LENIENT = config().override({"evaluate_gate": {"min_alignment": 0.0},
 
 def test_a_run_is_measured_gated_promoted_and_published_with_its_report(deployed_lake):
     cfg = config()
-    evaluated = evaluate(deployed_lake, generate(deployed_lake, cfg), cfg, run_id="20261120T000000000000Z-eval01")
+    evaluated = evaluate(deployed_lake, generate(deployed_lake, cfg), cfg, run_id="20261120T000000000000Z-eval01",
+                         timings=GPU_TIMINGS)
     prefix = evaluation_prefix("shapes-cvae", DATE, evaluated["run_id"])
     metrics = deployed_lake.get_json(f"{prefix}/metrics.json")
     assert metrics["scored"] == 48 and metrics["refused"] == 2 and metrics["safety_violations"] == 0
@@ -71,10 +80,19 @@ def test_a_run_is_measured_gated_promoted_and_published_with_its_report(deployed
     assert validate_evaluation(deployed_lake, evaluated, LENIENT, IMAGE)["success"]
     published = promote_and_publish(deployed_lake, evaluated, cfg)
     assert published["production"] == "v0001"
-    assert Registry(deployed_lake, "shapes-cvae").get("production")["recommended"] == evaluated["recommended"]
+    production = Registry(deployed_lake, "shapes-cvae").get("production")
+    assert production["recommended"] == evaluated["recommended"]
+    # One recommendation per device class, each from its own timings, kept with the version for ``auto`` to serve.
+    cpu_class = aigc.devices.device_class("cpu")
+    assert set(production["recommended_by_device"]) == {cpu_class, "cuda:nvidia-h100"}
+    assert production["recommended_by_device"]["cuda:nvidia-h100"]["policy"] == "adaptive"  # 9x faster there
+    assert production["recommended_by_device"][cpu_class] == evaluated["recommended"]
+    assert pareto["by_device"]["cuda:nvidia-h100"]["points"][0]["device_class"] == "cuda:nvidia-h100"
+    assert gen_run.recommendations(Registry(deployed_lake, "shapes-cvae"), production)["recommended_by"] == "v0001"
     report = deployed_lake.get_bytes(f"{prefix}/report.html").decode()
     assert report.index("Gate 5 PASSED") < report.index("Summary")  # the verdict comes first
-    for part in ("pareto.png", "gallery.png", "loss.png", "Alignment", "Lineage", "95% interval"):
+    for part in ("pareto.png", "gallery.png", "loss.png", "Alignment", "Lineage", "95% interval",
+                 "Recommended per device class", "<th>cuda:nvidia-h100</th><td>fp32</td><td>adaptive</td>"):
         assert part in report
     assert "\\u20" not in report  # dashes and the like as text, not JSON escapes
     # What the GPUs did for training and generation: on this CPU host, why nothing was recorded, never a 0.

@@ -56,7 +56,6 @@ class HFDiffusionWorkload(ImageWorkload):
         changes["deploy"] = {"variants": "fp32,bf16,fp32-s8,fp32-s8-dpm,bf16-s8-dpm", "smoke_prompts": 8,
                              "latency_batch": 8, "latency_repeats": 2}
         changes["deploy_gate"] = {"max_latency_ms": 10_000.0}  # per image at batch 1: every step is a UNet call
-        changes["generate"] = {"variant": "fp32"}
         # A batch of images lasts hundreds of milliseconds: one batch judges a size as well as two (the timer's noise
         # is nothing beside it). Measured within noise of two at 32 and 128 prompts (bench/results/hf_diffusion.json,
         # "ours" against "ours_judge2"); one, as for the hf-causal-lm workload, explores fewer images at small sizes.

@@ -49,7 +49,7 @@ class HFCausalLMWorkload(DocumentWorkload):
                               "latency_repeats": 2},
                    "deploy_gate": {"max_latency_ms": 5000.0},
                    # bf16 on a CUDA worker (where gate 3 passed it), fp32 on a CPU (whose bf16 is mostly emulated)
-                   "generate": {"variant": "auto", "prompts": 32, "shards": 2},
+                   "generate": {"prompts": 32, "shards": 2},
                    # A batch of continuations lasts tens of milliseconds and a bucket of token counts holds few
                    # prompts: a size judged on one batch reaches the best in half the batches. On the demo base
                    # it did far better than two at 64 prompts on both hosts measured, and within noise of two at

@@ -30,9 +30,9 @@ class ImageWorkload(Workload):
         "rawdrop", "records", "training", "variants", "prompts", "serving", "gallery", "gate", "evaluation", "report"))
 
     def config_overrides(self, preset):
-        # Every variant kind, and stage 4 on INT8 (gate 3 and the Pareto grid say whether it is good enough).
+        # Every variant kind (stage 4 serves what stage 5 recommended for the worker's device class: ``auto``).
         changes = {"raw": {"source": DATASET}, "prepare": {"dataset": DATASET}, "model": {"name": MODEL},
-                   "deploy": {"variants": ",".join(self.variant_kinds)}, "generate": {"variant": "int8"}}
+                   "deploy": {"variants": ",".join(self.variant_kinds)}}
         if preset == "smoke":  # a deployment check: fewer reference renderings, and the distribution bar is off
             # and the checker's bar is one a smoke day's few real images can show (0.97 needs 100 read without a miss)
             changes["workload"] = {"settings": {"reference_seeds": 1, "max_fid": 100.0, "min_checker_accuracy": 0.9}}

@@ -12,7 +12,7 @@ import json
 
 from aigc.lake import Lake
 from aigc.lake.keys import join
-from aigc.quality.evaluation import gpu_html
+from aigc.quality.evaluation import by_device_html, gpu_html
 
 _STYLE = """body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
@@ -144,6 +144,7 @@ fails only when its whole interval is on the wrong side of the threshold.</p>
 <h3>Grid</h3>{_table(grid)}<h3>Front</h3>{_table([{k: p[k] for k in ("variant", "policy", "alignment", "latency_ms")}
                                                  for p in front])}
 <h2>Gallery</h2>{_gallery(lake, prefix, generation)}
+{by_device_html(metrics)}
 {gpu_html(metrics)}
 <h2>Training loss</h2><img src="loss.png" alt="loss curve">
 <h2>Human review</h2><p>{metrics['review']['queued']} least certain outputs in <code>review/queue.jsonl</code>;

@@ -36,7 +36,7 @@ class TextWorkload(DocumentWorkload):
                    "deploy": {"variants": "fp32,bf16", "smoke_prompts": 16, "latency_batch": 16, "latency_repeats": 3},
                    # per prompt: prefill and up to new_tokens decoding steps, not one forward pass
                    "deploy_gate": {"max_latency_ms": 2000.0},
-                   "generate": {"variant": "fp32", "prompts": 64, "shards": 2},
+                   "generate": {"prompts": 64, "shards": 2},
                    "evaluate": {"eval_prompts": 128, "latency_prompts": 8, "latency_rounds": 3, "review_items": 8},
                    # a model that learnt the logs' grammar: the demo model's validity is 0.50 [0.38, 0.62] on its
                    # day's content and 0.59 on the evaluation prompts (its perplexity: TextSettings.max_perplexity)

@@ -226,7 +226,7 @@ def write_text_report(lake, prefix: str, metrics: dict, points: list[dict], samp
     """The report page of a text evaluation; ``quality``: what its alignment is (the checker's validity, or the
     hf-causal-lm workload's acceptable share)."""
     gate = metrics.get("gates", {}).get("evaluation") or {}
-    from aigc.quality.evaluation import checks_html, gpu_html
+    from aigc.quality.evaluation import by_device_html, checks_html, gpu_html
 
     rows = checks_html(gate.get("checks", []))
     figures = {k: metrics[k] for k in REPORT_FIGURES if k in metrics}
@@ -242,7 +242,8 @@ def write_text_report(lake, prefix: str, metrics: dict, points: list[dict], samp
             f"<h2>Gate 5</h2>{rows}<h2>Figures</h2><pre>{html.escape(json.dumps(figures, indent=1))}"
             f"</pre>{f'<h2>Long-context recall</h2><ul>{recall}</ul>' if recall else ''}"
             f"<h2>Grid</h2><table><tr><th>variant</th>"
-            f"<th>policy</th><th>{quality.lower()}</th><th>ms per prompt</th></tr>{grid}</table>{gpu_html(metrics)}"
+            f"<th>policy</th><th>{quality.lower()}</th><th>ms per prompt</th></tr>{grid}</table>"
+            f"{by_device_html(metrics)}{gpu_html(metrics)}"
             f"<h2>Samples</h2>{texts}</body></html>")
     lake.put_bytes(join(prefix, "report.html"), page.encode())
     return join(prefix, "report.html")
