@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 from aigc.config import PipelineConfig
 from aigc.lake import open_lake
-from aigc.lake.keys import join
+from aigc.lake.keys import join, partition
 from aigc.progress import emit_summary, setup_logging
 from aigc.stages import configuration_of, configure
 from aigc.workload import Workload
@@ -179,6 +179,25 @@ def cmd_evaluate(args: argparse.Namespace) -> dict:
     generation = latest_generation(lake, cfg.model.name, args.date, args.generation_run)
     evaluated = EVALUATE.produce(lake, generation, cfg, run_id=args.run_id or new_run_id())
     return {"command": "evaluate", **evaluated, **_finish(EVALUATE, args, lake, cfg, evaluated)}
+
+
+def cmd_review(args: argparse.Namespace) -> dict:
+    """An evaluation run's review queue out as Label Studio tasks, or a Label Studio JSON export in as labels."""
+    from aigc.evaluate import labelstudio
+    from aigc.lake import key_in
+    from aigc.lake.publish import resolve
+
+    cfg = _config(args)
+    lake = open_lake(args.lake)
+    model = cfg.model.name
+    if args.action == "export":
+        run_id = args.evaluation_run or resolve(lake, partition("evaluations", model, args.date))["run_id"]
+        return {"command": "review export", "model": model, "date": args.date, "run_id": run_id,
+                **labelstudio.export_queue(lake, model, args.date, run_id, image_base=args.image_base)}
+    if not args.export:
+        raise ValueError("aigc review import needs --export URI: a Label Studio JSON export in the lake")
+    return {"command": "review import", "model": model,
+            **labelstudio.import_export(lake, model, key_in(lake, args.export))}
 
 
 def cmd_registry(args: argparse.Namespace) -> dict:
@@ -473,6 +492,14 @@ def build_parser(workload: Workload | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-gate", action="store_true", help="stop before gate 5 (nothing promoted or published)")
     for section, cls in (("evaluate", EvaluateConfig), ("evaluate_gate", EvaluationGateThresholds)):
         _add_config_flags(p, section, cls)
+    _add_config_flags(p, "model", ModelConfig, only=("name",))
+
+    p = command("review", cmd_review, "a review queue out as Label Studio tasks, or its JSON export in as labels")
+    p.add_argument("action", choices=["export", "import"])
+    p.add_argument("--evaluation-run", default=None, help="export: the evaluation run (default: the date's published)")
+    p.add_argument("--image-base", default=None, help="export: the URL an image's lake key is appended to for "
+                                                      "Label Studio (default: the lake's own URL)")
+    p.add_argument("--export", default=None, help="import: the Label Studio JSON export, a key or URI in the lake")
     _add_config_flags(p, "model", ModelConfig, only=("name",))
 
     p = sub.add_parser("registry", help="list, promote or roll back model versions",

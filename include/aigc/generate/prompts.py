@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 
 from aigc.generate.pinned import BadPrompts
-from aigc.lake import Lake, LocalLake
+from aigc.lake import Lake, key_in
 from aigc.lake.base import ObjectNotFound
 from aigc.lake.keys import join, parse_date, partition
 
@@ -35,16 +35,11 @@ def prompts_key(dataset: str, date: str | dt.date) -> str:
 
 def prompts_key_of(lake: Lake, uri: str) -> str:
     """The lake key of a prompt file given as a URI under the lake or as a key; ValueError for one elsewhere."""
-    roots = [lake.uri.rstrip("/") + "/"]
-    if isinstance(lake, LocalLake):  # a folder lake: its path names it as well as its file:// URL
-        roots.append(str(lake.root).rstrip("/") + "/")
-    for root in roots:
-        if uri.startswith(root):
-            return uri[len(root):]
-    if "://" in uri or uri.startswith("/"):
-        raise ValueError(f"prompt file {uri} is not in the lake {lake.uri}: copy it under the lake (for example "
-                         f"to {lake.url('prompts/<dataset>/dt=<date>/' + FILE)})")
-    return uri.lstrip("/")
+    try:
+        return key_in(lake, uri)
+    except ValueError as e:
+        raise ValueError(f"prompt file {e}: copy it under the lake (for example to "
+                         f"{lake.url('prompts/<dataset>/dt=<date>/' + FILE)})") from None
 
 
 class _Claimed(Exception):

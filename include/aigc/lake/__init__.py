@@ -39,3 +39,17 @@ def open_lake(uri: str | None = None, s3: S3Options | None = None) -> Lake:
     if parsed.scheme in ("", ) or len(parsed.scheme) == 1:  # a plain path (or a Windows drive)
         return LocalLake(uri)
     raise ValueError(f"unsupported lake URI {uri!r}: use a folder path, file://… or s3://bucket/prefix")
+
+
+def key_in(lake: Lake, uri: str) -> str:
+    """The lake key of ``uri``, a URI under the lake (or a folder lake's path) or a key; ValueError for one
+    elsewhere (nothing outside the lake is read)."""
+    roots = [lake.uri.rstrip("/") + "/"]
+    if isinstance(lake, LocalLake):  # a folder lake: its path names it as well as its file:// URL
+        roots.append(str(lake.root).rstrip("/") + "/")
+    for root in roots:
+        if uri.startswith(root):
+            return uri[len(root):]
+    if "://" in uri or uri.startswith("/"):
+        raise ValueError(f"{uri} is not in the lake {lake.uri}")
+    return uri.lstrip("/")

@@ -1,0 +1,198 @@
+"""A review queue out to Label Studio and its annotations back in, in Label Studio's documented JSON formats.
+
+Export (``export_queue``): an evaluation run's ``review/queue.jsonl`` as Label Studio tasks, its JSON import format
+(a list of ``{"data": {...}, "predictions": [...]}``), in ``review/label-studio/tasks.json``, with the labelling
+config the tasks need (``label-config.xml``): one choice, ``right`` or ``wrong``, of the output for its prompt
+(``verdict``). The checker's verdict goes as a prediction (``model_version: "checker"``), so a reviewer sees it and
+corrects it. Each task's ``data`` carries the run, the date and the prompt id it came from.
+
+Import (``import_export``): a Label Studio JSON export (a list of tasks, each with its ``annotations``) validated
+like any drop: a task this project did not export (no run, or a prompt its run's queue does not hold), an
+annotation that is not one verdict choice, annotations of one task that disagree, or a task already labelled by
+an earlier import are quarantined with their reason; a cancelled annotation is no label. Accepted labels become a
+labels file in the form ``review.agreement`` reads (``evaluations/<model>/labels/label-studio-<sha>.jsonl``: the
+export's hash names it, so importing the same export again writes nothing), the quarantine beside it
+(``labels/_quarantine/label-studio-<sha>.jsonl``). The checker's verdict on a label is the one the queue recorded,
+never the export's copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+
+from aigc.evaluate.runs import evaluation_prefix
+from aigc.jsonlines import JsonLimits, Refused, read_json_object
+from aigc.lake import Lake, key_in
+from aigc.lake.base import ObjectNotFound, PreconditionFailed
+from aigc.lake.keys import join
+
+VERDICT, RIGHT, WRONG = "verdict", "right", "wrong"
+MAX_EXPORT_BYTES = 64 * 1024 * 1024
+"""A Label Studio export larger than this is refused before it is read (a review round is hundreds of tasks)."""
+EXPORT_LIMITS = JsonLimits(max_line_bytes=MAX_EXPORT_BYTES, max_json_depth=16, max_json_values=5_000_000)
+SOURCE = "label-studio"
+
+
+def queue_key(model: str, date: str, run_id: str) -> str:
+    return join(evaluation_prefix(model, date, run_id), "review", "queue.jsonl")
+
+
+def read_queue(lake: Lake, model: str, date: str, run_id: str) -> dict[str, dict]:
+    """An evaluation run's review queue by prompt id (the lines its evaluation wrote)."""
+    return {line["prompt_id"]: line for line in (json.loads(x) for x in
+                                                 lake.get_bytes(queue_key(model, date, run_id)).splitlines() if x)}
+
+
+def label_config(output: str) -> str:
+    """Label Studio's labelling config for these tasks: the prompt, the output (an image or a text) and the verdict."""
+    shown = '<Image name="output" value="$image"/>' if output == "image" else '<Text name="output" value="$text"/>'
+    return (f'<View>\n  <Header value="$prompt"/>\n  {shown}\n  <Choices name="{VERDICT}" toName="output" '
+            f'choice="single" showInLine="true">\n    <Choice value="{RIGHT}"/>\n    <Choice value="{WRONG}"/>\n'
+            f'  </Choices>\n</View>\n')
+
+
+def export_queue(lake: Lake, model: str, date: str, run_id: str, image_base: str | None = None) -> dict:
+    """The run's review queue as Label Studio tasks and their labelling config, written beside the queue.
+    ``image_base``: what an image's lake key is appended to for a URL Label Studio can fetch (the AIGC view's
+    ``<base_url>/aigc/lake/``, or a bucket's HTTP endpoint); none: the lake's own URL (``s3://``, which Label
+    Studio reads through a cloud storage the user connects)."""
+    queue = read_queue(lake, model, date, run_id)
+    prefix = join(evaluation_prefix(model, date, run_id), "review", "label-studio")
+    output = "image" if any("image" in line for line in queue.values()) else "text"
+    tasks = []
+    for prompt_id, line in queue.items():
+        shown = line.get("image") if output == "image" else line.get("text")
+        if output == "image" and image_base:
+            shown = image_base.rstrip("/") + "/" + key_in(lake, shown)
+        data = {"model": model, "date": date, "run_id": run_id, "prompt_id": prompt_id,
+                "prompt": line.get("prompt") or line.get("prompt_tail") or "", output: shown}
+        checker = line.get("checker_correct")
+        predictions = [] if checker is None else [{"model_version": "checker", "result": [
+            {"from_name": VERDICT, "to_name": "output", "type": "choices",
+             "value": {"choices": [RIGHT if checker else WRONG]}}]}]
+        tasks.append({"data": data, "predictions": predictions})
+    lake.put_bytes(join(prefix, "tasks.json"), json.dumps(tasks, indent=1).encode())
+    lake.put_bytes(join(prefix, "label-config.xml"), label_config(output).encode())
+    return {"tasks": len(tasks), "tasks_uri": lake.url(join(prefix, "tasks.json")),
+            "label_config_uri": lake.url(join(prefix, "label-config.xml")), "output": output}
+
+
+class BadExport(ValueError):
+    """A file that is not a Label Studio JSON export at all (too large, not JSON, not a list of tasks)."""
+
+
+def _verdict(annotation) -> bool | str:
+    """An annotation's verdict (True: right), or why it is not one."""
+    if not isinstance(annotation, dict) or not isinstance(annotation.get("result"), list):
+        return "an annotation without a result list"
+    found = [r for r in annotation["result"] if isinstance(r, dict) and r.get("from_name") == VERDICT]
+    if len(found) != 1:
+        return f"{len(found)} results named {VERDICT!r} (one is a label)"
+    value = found[0].get("value")
+    choices = value.get("choices") if isinstance(value, dict) else None
+    if found[0].get("type") != "choices" or not isinstance(choices, list) or len(choices) != 1 \
+            or choices[0] not in (RIGHT, WRONG):
+        return f"the verdict is not one of {RIGHT!r} or {WRONG!r}: {json.dumps(value)[:200]}"
+    return choices[0] == RIGHT
+
+
+def labelled_already(lake: Lake, model: str) -> set[tuple[str, str]]:
+    """(run, prompt) of every label the model's labels files hold (a plain JSONL one included)."""
+    seen = set()
+    for key in lake.list(join("evaluations", model, "labels")):
+        if key.endswith(".jsonl") and "/_quarantine/" not in key:
+            for raw in lake.iter_lines(key, max_line_bytes=64 * 1024):
+                try:
+                    item = read_json_object(raw, JsonLimits(max_line_bytes=64 * 1024))
+                except Refused:
+                    continue
+                if item.get("human_correct") is not None:
+                    seen.add((str(item.get("run_id")), str(item.get("prompt_id"))))
+    return seen
+
+
+def import_export(lake: Lake, model: str, key: str) -> dict:
+    """A Label Studio JSON export at ``key`` (in the lake) read into the model's labels; see the module's doc."""
+    size = lake.size(key)
+    if size > MAX_EXPORT_BYTES:
+        raise BadExport(f"{lake.url(key)} is {size} bytes, more than a Label Studio export of review tasks may be "
+                        f"({MAX_EXPORT_BYTES}, aigc.evaluate.labelstudio.MAX_EXPORT_BYTES): export one project's "
+                        f"tasks, or split it")
+    data = lake.get_bytes(key)
+    try:
+        tasks = json.loads(data)
+    except ValueError as e:
+        raise BadExport(f"{lake.url(key)} is not JSON ({e}): export the project as JSON (Label Studio's Export → "
+                        f"JSON), not JSON-MIN or CSV") from e
+    if not isinstance(tasks, list):
+        raise BadExport(f"{lake.url(key)} holds a JSON {type(tasks).__name__}, not a list of tasks: export the "
+                        f"project as JSON (Label Studio's Export → JSON)")
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    labels = join("evaluations", model, "labels", f"{SOURCE}-{digest}.jsonl")
+    held = join("evaluations", model, "labels", "_quarantine", f"{SOURCE}-{digest}.jsonl")
+    if lake.exists(labels) or lake.exists(held):  # this export, imported before: its files say what it gave
+        return {"tasks": len(tasks), "already_imported": True,
+                "labels_uri": lake.url(labels) if lake.exists(labels) else None,
+                "quarantine_uri": lake.url(held) if lake.exists(held) else None}
+    seen, queues = labelled_already(lake, model), {}
+    accepted, quarantined, cancelled = [], [], 0
+
+    def refuse(n: int, task, reason: str, detail: str) -> None:
+        quarantined.append({"task_index": n, "reason": reason, "detail": detail, "task": task})
+
+    for n, task in enumerate(tasks):
+        d = task.get("data") if isinstance(task, dict) else None
+        ids = d and (d.get("model"), d.get("date"), d.get("run_id"), d.get("prompt_id"))
+        if not ids or not all(isinstance(x, str) and x for x in ids):
+            refuse(n, task, "unknown_task", "its data names no run and prompt: not a task aigc review exported")
+            continue
+        if ids[0] != model:
+            refuse(n, task, "unknown_task", f"a task of model {ids[0]!r}, imported for {model!r}")
+            continue
+        run = ids[1:3]
+        if run not in queues:
+            try:
+                queues[run] = read_queue(lake, model, *run)
+            except ObjectNotFound:
+                queues[run] = None
+        queued = (queues[run] or {}).get(ids[3])
+        if queued is None:
+            refuse(n, task, "unknown_task", f"run {run[1]} of {run[0]} queued no prompt {ids[3]!r} for review")
+            continue
+        verdicts, malformed = set(), []
+        for annotation in task.get("annotations") or []:
+            if isinstance(annotation, dict) and annotation.get("was_cancelled"):
+                cancelled += 1
+                continue
+            found = _verdict(annotation)
+            (malformed.append(found) if isinstance(found, str) else verdicts.add(found))
+        if malformed:
+            refuse(n, task, "malformed_annotation", "; ".join(malformed))
+        elif len(verdicts) > 1:
+            refuse(n, task, "conflicting_labels", "its annotations say both right and wrong")
+        elif not verdicts:
+            continue  # not labelled yet (or only cancelled): nothing to import, nothing wrong
+        elif (run[1], ids[3]) in seen:
+            refuse(n, task, "duplicate_label", f"prompt {ids[3]!r} of run {run[1]} was labelled by an earlier import")
+        else:
+            seen.add((run[1], ids[3]))
+            annotators = sorted({str(a.get("completed_by")) for a in task["annotations"]
+                                 if isinstance(a, dict) and not a.get("was_cancelled")})
+            accepted.append({"run_id": run[1], "date": run[0], "prompt_id": ids[3], "prompt": queued.get("prompt"),
+                             "checker_correct": queued.get("checker_correct"), "human_correct": verdicts.pop(),
+                             "source": SOURCE, "annotators": annotators, "export": lake.url(key),
+                             "task_id": task.get("id")})
+    for where, lines in ((labels, accepted), (held, quarantined)):
+        if lines:
+            # An import beside this one may have written the same export's files first: the same content.
+            with contextlib.suppress(PreconditionFailed):
+                lake.put_if_absent(where, "".join(json.dumps(x) + "\n" for x in lines).encode())
+    reasons: dict[str, int] = {}
+    for q in quarantined:
+        reasons[q["reason"]] = reasons.get(q["reason"], 0) + 1
+    return {"tasks": len(tasks), "already_imported": False, "labels": len(accepted), "cancelled": cancelled,
+            "quarantined": reasons,
+            "labels_uri": lake.url(labels) if accepted else None,
+            "quarantine_uri": lake.url(held) if quarantined else None}

@@ -1,0 +1,118 @@
+"""The review queue out to Label Studio and its annotations back in (issue 44). The export's shape is Label Studio's
+documented JSON export (labelstud.io/guide/task_format: ``id``, ``data``, ``annotations`` with ``result`` regions of
+``from_name``, ``to_name``, ``type``, ``value``; ``was_cancelled``, ``completed_by``…), built here as Label Studio
+writes it for the tasks we exported; no Label Studio server runs in the tests."""
+
+import json
+
+import pytest
+
+from aigc.cli import main
+from aigc.evaluate import labelstudio
+from aigc.evaluate.review import agreement
+from aigc.lake import LocalLake
+
+MODEL, DATE, RUN = "shapes-cvae", "2026-11-20", "20261120T000000000000Z-eval01"
+QUEUE = f"evaluations/{MODEL}/dt={DATE}/run={RUN}/review/queue.jsonl"
+
+
+@pytest.fixture
+def lake(tmp_path):
+    lake = LocalLake(tmp_path / "lake")
+    lines = [{"run_id": RUN, "prompt_id": f"p{i}", "prompt": f"a red circle {i}", "seed": i,
+              "image": lake.url(f"evaluations/{MODEL}/dt={DATE}/run={RUN}/review/images/p{i}.png"),
+              "checker_margin": 0.1 * i, "checker_correct": i % 2 == 0, "human_correct": None} for i in range(6)]
+    lake.put_bytes(QUEUE, "".join(json.dumps(x) + "\n" for x in lines).encode())
+    return lake
+
+
+def annotation(n: int, choice, *, cancelled=False, by=1):
+    """One annotation as Label Studio exports it (the documented fields)."""
+    value = {"choices": [choice]} if isinstance(choice, str) else choice
+    return {"id": 1000 + n, "result": [{"from_name": "verdict", "id": f"r{n}", "to_name": "output",
+                                        "type": "choices", "value": value, "origin": "manual"}],
+            "was_cancelled": cancelled, "ground_truth": False, "created_at": "2026-11-21T09:00:00.000000Z",
+            "updated_at": "2026-11-21T09:00:00.000000Z", "lead_time": 4.2, "result_count": 0, "task": n,
+            "completed_by": by}
+
+
+def exported(tasks: list[dict], annotations: dict[int, list]) -> list[dict]:
+    """Label Studio's JSON export of our imported ``tasks``: its ids, our data and predictions, the annotations."""
+    return [{"id": n + 1, "created_at": "2026-11-21T08:00:00.000000Z", "updated_at": "2026-11-21T09:00:00.000000Z",
+             "project": 7, "data": t["data"], "predictions": t["predictions"], "annotations": annotations.get(n, [])}
+            for n, t in enumerate(tasks)]
+
+
+def test_a_queue_goes_out_as_tasks_and_its_labels_come_back_with_every_bad_one_quarantined_with_its_reason(lake):
+    out = labelstudio.export_queue(lake, MODEL, DATE, RUN, image_base="http://airflow:8080/aigc/lake")
+    tasks = json.loads(lake.get_bytes(out["tasks_uri"].removeprefix(lake.uri.rstrip("/") + "/")))
+    assert out["tasks"] == len(tasks) == 6 and out["output"] == "image"
+    first = tasks[0]
+    assert first["data"] | {} == {"model": MODEL, "date": DATE, "run_id": RUN, "prompt_id": "p0",
+                                  "prompt": "a red circle 0",
+                                  "image": f"http://airflow:8080/aigc/lake/evaluations/{MODEL}/dt={DATE}/run={RUN}"
+                                           f"/review/images/p0.png"}
+    # The checker's verdict as a prediction a reviewer corrects, in the config's choice names.
+    assert first["predictions"][0]["result"][0]["value"] == {"choices": ["right"]}
+    assert tasks[1]["predictions"][0]["result"][0]["value"] == {"choices": ["wrong"]}
+    config = lake.get_bytes(out["label_config_uri"].removeprefix(lake.uri.rstrip("/") + "/")).decode()
+    assert '<Choices name="verdict" toName="output"' in config and '<Image name="output" value="$image"/>' in config
+
+    foreign = {"id": 99, "data": {"image": "https://example.com/1.jpg"}, "annotations": [annotation(99, "right")]}
+    unknown = exported([{"data": {**first["data"], "prompt_id": "p-not-queued"}, "predictions": []}],
+                       {0: [annotation(0, "right")]})[0]
+    export = exported(tasks, {0: [annotation(0, "right")], 1: [annotation(1, "right")],  # p1: the checker said wrong
+                              2: [annotation(2, "wrong", by=1), annotation(2, "wrong", by=2)],  # two agree
+                              3: [annotation(3, "right", by=1), annotation(3, "wrong", by=2)],  # they conflict
+                              4: [annotation(4, {"choices": ["maybe"]})],
+                              5: [annotation(5, "right", cancelled=True)]})  # skipped: no label, no error
+    lake.put_bytes("review/inbox/project-7.json", json.dumps([*export, foreign, unknown]).encode())
+    found = labelstudio.import_export(lake, MODEL, "review/inbox/project-7.json")
+    assert (found["tasks"], found["labels"], found["cancelled"]) == (8, 3, 1)
+    assert found["quarantined"] == {"conflicting_labels": 1, "malformed_annotation": 1, "unknown_task": 2}
+    key = found["labels_uri"].removeprefix(lake.uri.rstrip("/") + "/")
+    labels = [json.loads(x) for x in lake.get_bytes(key).splitlines()]
+    assert [(x["prompt_id"], x["human_correct"], x["checker_correct"]) for x in labels] == [
+        ("p0", True, True), ("p1", True, False), ("p2", False, True)]  # the checker's verdict: the queue's
+    assert labels[2]["annotators"] == ["1", "2"] and labels[0]["source"] == "label-studio"
+    held = [json.loads(x) for x in lake.get_bytes(found["quarantine_uri"].removeprefix(
+        lake.uri.rstrip("/") + "/")).splitlines()]
+    assert {h["task"].get("id") for h in held} == {4, 5, 99, 1} and all(h["detail"] for h in held)
+    assert '"maybe"' in next(h for h in held if h["reason"] == "malformed_annotation")["detail"]
+    # What reviewers said reaches the checker's agreement figure: 1 of the 3 labels agrees with it (p0).
+    seen = agreement(lake, MODEL)
+    assert (seen["labelled"], seen["human_agreement"]) == (3, round(1 / 3, 4))
+
+    # The same export again: nothing new. A later export that labels p0 again: a duplicate, quarantined.
+    assert labelstudio.import_export(lake, MODEL, "review/inbox/project-7.json")["already_imported"]
+    lake.put_bytes("review/inbox/project-7b.json", json.dumps(exported(tasks, {0: [annotation(0, "wrong")]})).encode())
+    again = labelstudio.import_export(lake, MODEL, "review/inbox/project-7b.json")
+    assert (again["labels"], again["quarantined"]) == (0, {"duplicate_label": 1})
+    assert agreement(lake, MODEL)["labelled"] == 3
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"not json", "not JSON"), (b'{"data": {}}', "not a list of tasks"), (b"[" + b" " * 200 + b"]", "more than")])
+def test_a_file_that_is_no_export_is_refused_whole_with_what_to_do_and_nothing_is_written(lake, monkeypatch,
+                                                                                           content, says):
+    monkeypatch.setattr(labelstudio, "MAX_EXPORT_BYTES", 100)
+    lake.put_bytes("review/inbox/bad.json", content)
+    with pytest.raises(labelstudio.BadExport, match=says) as e:
+        labelstudio.import_export(lake, MODEL, "review/inbox/bad.json")
+    assert "Export" in str(e.value) or "split" in str(e.value)
+    assert not lake.list(f"evaluations/{MODEL}/labels")
+
+
+def test_the_cli_exports_and_imports_and_refuses_an_export_outside_the_lake(lake, tmp_path, capsys):
+    common = ["--lake", lake.uri, "--date", DATE, "--name", MODEL]
+    assert main(["review", "export", "--evaluation-run", RUN, *common]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["tasks"] == 6 and out["tasks_uri"].startswith(lake.uri)
+    tasks = json.loads(lake.get_bytes(out["tasks_uri"].removeprefix(lake.uri.rstrip("/") + "/")))
+    lake.put_bytes("review/inbox/p.json", json.dumps(exported(tasks, {0: [annotation(0, "wrong")]})).encode())
+    assert main(["review", "import", "--export", lake.url("review/inbox/p.json"), *common]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["labels"] == 1
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("[]")
+    assert main(["review", "import", "--export", str(elsewhere), *common]) != 0
+    assert "is not in the lake" in capsys.readouterr().err
