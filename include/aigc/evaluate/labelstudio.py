@@ -3,8 +3,10 @@
 Export (``export_queue``): an evaluation run's ``review/queue.jsonl`` as Label Studio tasks, its JSON import format
 (a list of ``{"data": {...}, "predictions": [...]}``), in ``review/label-studio/tasks.json``, with the labelling
 config the tasks need (``label-config.xml``): one choice, ``right`` or ``wrong``, of the output for its prompt
-(``verdict``). The checker's verdict goes as a prediction (``model_version: "checker"``), so a reviewer sees it and
-corrects it. Each task's ``data`` carries the run, the date and the prompt id it came from.
+(``verdict``), and where the workload's checker judges attributes (the queue's ``checker_attributes``: the image
+workload's colour, shape, size, position) one more per attribute (``attribute_<name>``), optional. The checker's
+verdicts go as a prediction (``model_version: "checker"``), so a reviewer sees them and corrects them. Each task's
+``data`` carries the run, the date and the prompt id it came from.
 
 Import (``import_export``): a Label Studio JSON export (a list of tasks, each with its ``annotations``) validated
 like any drop: a task this project did not export (no run, or a prompt its run's queue does not hold), an
@@ -29,6 +31,8 @@ from aigc.lake.base import ObjectNotFound, PreconditionFailed
 from aigc.lake.keys import join
 
 VERDICT, RIGHT, WRONG = "verdict", "right", "wrong"
+ATTRIBUTE = "attribute_"
+"""The name of an attribute's choice: ``attribute_colour``."""
 MAX_EXPORT_BYTES = 64 * 1024 * 1024
 """A Label Studio export larger than this is refused before it is read (a review round is hundreds of tasks)."""
 EXPORT_LIMITS = JsonLimits(max_line_bytes=MAX_EXPORT_BYTES, max_json_depth=16, max_json_values=5_000_000)
@@ -45,12 +49,23 @@ def read_queue(lake: Lake, model: str, date: str, run_id: str) -> dict[str, dict
                                                  lake.get_bytes(queue_key(model, date, run_id)).splitlines() if x)}
 
 
-def label_config(output: str) -> str:
-    """Label Studio's labelling config for these tasks: the prompt, the output (an image or a text) and the verdict."""
+def label_config(output: str, attributes: list[str]) -> str:
+    """Label Studio's labelling config for these tasks: the prompt, the output (an image or a text), the verdict
+    (required) and one optional choice per attribute."""
     shown = '<Image name="output" value="$image"/>' if output == "image" else '<Text name="output" value="$text"/>'
-    return (f'<View>\n  <Header value="$prompt"/>\n  {shown}\n  <Choices name="{VERDICT}" toName="output" '
-            f'choice="single" showInLine="true">\n    <Choice value="{RIGHT}"/>\n    <Choice value="{WRONG}"/>\n'
-            f'  </Choices>\n</View>\n')
+
+    def choices(name: str, required: bool, title: str) -> str:
+        return (f'  <Header value="{title}" size="6"/>\n  <Choices name="{name}" toName="output" choice="single" '
+                f'showInLine="true" required="{str(required).lower()}">\n    <Choice value="{RIGHT}"/>\n'
+                f'    <Choice value="{WRONG}"/>\n  </Choices>\n')
+    own = "".join(choices(ATTRIBUTE + a, False, f"{a} (optional)") for a in attributes)
+    return (f'<View>\n  <Header value="$prompt"/>\n  {shown}\n{choices(VERDICT, True, "the output, for its prompt")}'
+            f'{own}</View>\n')
+
+
+def _choice(name: str, right: bool) -> dict:
+    return {"from_name": name, "to_name": "output", "type": "choices",
+            "value": {"choices": [RIGHT if right else WRONG]}}
 
 
 def export_queue(lake: Lake, model: str, date: str, run_id: str, image_base: str | None = None) -> dict:
@@ -61,6 +76,7 @@ def export_queue(lake: Lake, model: str, date: str, run_id: str, image_base: str
     queue = read_queue(lake, model, date, run_id)
     prefix = join(evaluation_prefix(model, date, run_id), "review", "label-studio")
     output = "image" if any("image" in line for line in queue.values()) else "text"
+    attributes = sorted({a for line in queue.values() for a in (line.get("checker_attributes") or {})})
     tasks = []
     for prompt_id, line in queue.items():
         shown = line.get("image") if output == "image" else line.get("text")
@@ -70,32 +86,41 @@ def export_queue(lake: Lake, model: str, date: str, run_id: str, image_base: str
                 "prompt": line.get("prompt") or line.get("prompt_tail") or "", output: shown}
         checker = line.get("checker_correct")
         predictions = [] if checker is None else [{"model_version": "checker", "result": [
-            {"from_name": VERDICT, "to_name": "output", "type": "choices",
-             "value": {"choices": [RIGHT if checker else WRONG]}}]}]
+            _choice(VERDICT, checker), *(_choice(ATTRIBUTE + a, v) for a, v in
+                                         sorted((line.get("checker_attributes") or {}).items()))]}]
         tasks.append({"data": data, "predictions": predictions})
     lake.put_bytes(join(prefix, "tasks.json"), json.dumps(tasks, indent=1).encode())
-    lake.put_bytes(join(prefix, "label-config.xml"), label_config(output).encode())
+    lake.put_bytes(join(prefix, "label-config.xml"), label_config(output, attributes).encode())
     return {"tasks": len(tasks), "tasks_uri": lake.url(join(prefix, "tasks.json")),
-            "label_config_uri": lake.url(join(prefix, "label-config.xml")), "output": output}
+            "label_config_uri": lake.url(join(prefix, "label-config.xml")), "output": output,
+            "attributes": attributes}
 
 
 class BadExport(ValueError):
     """A file that is not a Label Studio JSON export at all (too large, not JSON, not a list of tasks)."""
 
 
-def _verdict(annotation) -> bool | str:
-    """An annotation's verdict (True: right), or why it is not one."""
+def _verdicts(annotation) -> dict[str, bool] | str:
+    """An annotation's verdicts (True: right): the output's (``verdict``) and any attribute's, or why it is not
+    a label."""
     if not isinstance(annotation, dict) or not isinstance(annotation.get("result"), list):
         return "an annotation without a result list"
-    found = [r for r in annotation["result"] if isinstance(r, dict) and r.get("from_name") == VERDICT]
-    if len(found) != 1:
-        return f"{len(found)} results named {VERDICT!r} (one is a label)"
-    value = found[0].get("value")
-    choices = value.get("choices") if isinstance(value, dict) else None
-    if found[0].get("type") != "choices" or not isinstance(choices, list) or len(choices) != 1 \
-            or choices[0] not in (RIGHT, WRONG):
-        return f"the verdict is not one of {RIGHT!r} or {WRONG!r}: {json.dumps(value)[:200]}"
-    return choices[0] == RIGHT
+    found: dict[str, bool] = {}
+    for r in annotation["result"]:
+        name = r.get("from_name") if isinstance(r, dict) else None
+        if name != VERDICT and not (isinstance(name, str) and name.startswith(ATTRIBUTE)):
+            continue  # a control of the user's own: not ours to read
+        value = r.get("value")
+        choices = value.get("choices") if isinstance(value, dict) else None
+        if r.get("type") != "choices" or not isinstance(choices, list) or len(choices) != 1 \
+                or choices[0] not in (RIGHT, WRONG):
+            return f"{name} is not one of {RIGHT!r} or {WRONG!r}: {json.dumps(value)[:200]}"
+        if name in found:
+            return f"{name} is given twice in one annotation"
+        found[name] = choices[0] == RIGHT
+    if VERDICT not in found:
+        return f"no {VERDICT!r} choice (the output's verdict is the label; the attributes are optional)"
+    return found
 
 
 def labelled_already(lake: Lake, model: str) -> set[tuple[str, str]]:
@@ -161,18 +186,20 @@ def import_export(lake: Lake, model: str, key: str) -> dict:
         if queued is None:
             refuse(n, task, "unknown_task", f"run {run[1]} of {run[0]} queued no prompt {ids[3]!r} for review")
             continue
-        verdicts, malformed = set(), []
+        given, malformed = [], []
         for annotation in task.get("annotations") or []:
             if isinstance(annotation, dict) and annotation.get("was_cancelled"):
                 cancelled += 1
                 continue
-            found = _verdict(annotation)
-            (malformed.append(found) if isinstance(found, str) else verdicts.add(found))
+            found = _verdicts(annotation)
+            (malformed.append(found) if isinstance(found, str) else given.append(found))
+        said = {name: {g[name] for g in given if name in g} for name in {k for g in given for k in g}}
+        disagree = sorted(name for name, values in said.items() if len(values) > 1)
         if malformed:
             refuse(n, task, "malformed_annotation", "; ".join(malformed))
-        elif len(verdicts) > 1:
-            refuse(n, task, "conflicting_labels", "its annotations say both right and wrong")
-        elif not verdicts:
+        elif disagree:
+            refuse(n, task, "conflicting_labels", f"its annotations say both right and wrong on {', '.join(disagree)}")
+        elif not given:
             continue  # not labelled yet (or only cancelled): nothing to import, nothing wrong
         elif (run[1], ids[3]) in seen:
             refuse(n, task, "duplicate_label", f"prompt {ids[3]!r} of run {run[1]} was labelled by an earlier import")
@@ -181,7 +208,11 @@ def import_export(lake: Lake, model: str, key: str) -> dict:
             annotators = sorted({str(a.get("completed_by")) for a in task["annotations"]
                                  if isinstance(a, dict) and not a.get("was_cancelled")})
             accepted.append({"run_id": run[1], "date": run[0], "prompt_id": ids[3], "prompt": queued.get("prompt"),
-                             "checker_correct": queued.get("checker_correct"), "human_correct": verdicts.pop(),
+                             "checker_correct": queued.get("checker_correct"),
+                             "human_correct": said[VERDICT].pop(),
+                             "checker_attributes": queued.get("checker_attributes") or {},
+                             "human_attributes": {k.removeprefix(ATTRIBUTE): v.pop() for k, v in sorted(said.items())
+                                                  if k != VERDICT},
                              "source": SOURCE, "annotators": annotators, "export": lake.url(key),
                              "task_id": task.get("id")})
     for where, lines in ((labels, accepted), (held, quarantined)):

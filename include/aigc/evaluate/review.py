@@ -4,11 +4,13 @@ Each evaluation exports its least certain outputs to ``evaluations/<model>/dt=â€
 workload's evaluation writes it: for images with a thumbnail per item). A reviewer copies lines of a queue into a
 labels file, ``evaluations/<model>/labels/<anything>.jsonl``, adding ``"human_correct": true|false`` (is the output
 right for its prompt?). Every later evaluation reads all labels files and reports how often the checker's verdict
-(``checker_correct``) agrees with the human's.
+(``checker_correct``) agrees with the human's, and per attribute where labels name them (``human_attributes`` against
+``checker_attributes``: Label Studio's per-attribute choices, ``labelstudio.py``), each with its interval.
 """
 
 from __future__ import annotations
 
+from aigc.evaluate.stats import wilson
 from aigc.jsonlines import JsonLimits, Refused, read_json_object
 from aigc.lake import Lake
 from aigc.lake.keys import join
@@ -19,7 +21,7 @@ LABEL_LIMITS = JsonLimits(max_line_bytes=64 * 1024, max_json_depth=8, max_json_v
 REFUSED_SHOWN = 20
 
 
-def agreement(lake: Lake, model: str) -> dict:
+def agreement(lake: Lake, model: str, confidence: float = 0.95) -> dict:
     """Checker-vs-human agreement over every labelled item, with the count it rests on. A line that is not a label
     (malformed, oversized, not an object) is left out and listed with its reason, never a failed evaluation."""
     labelled, refused = [], []
@@ -36,5 +38,14 @@ def agreement(lake: Lake, model: str) -> dict:
                 if item.get("human_correct") is not None and item.get("checker_correct") is not None:
                     labelled.append(item)
     agree = sum(bool(x["human_correct"]) == bool(x["checker_correct"]) for x in labelled)
+    by_attribute: dict[str, list[bool]] = {}
+    for x in labelled:
+        human, checker = x.get("human_attributes"), x.get("checker_attributes")
+        if isinstance(human, dict) and isinstance(checker, dict):
+            for a in sorted(set(human) & set(checker)):
+                by_attribute.setdefault(str(a), []).append(bool(human[a]) == bool(checker[a]))
     return {"labelled": len(labelled), "human_agreement": round(agree / len(labelled), 4) if labelled else None,
+            "human_agreement_interval": wilson(agree, len(labelled), confidence).to_dict() if labelled else None,
+            "by_attribute": {a: {"labelled": len(v), **wilson(sum(v), len(v), confidence).to_dict()}
+                             for a, v in sorted(by_attribute.items())},
             "refused_labels": len(refused), "refused_examples": refused[:REFUSED_SHOWN]}

@@ -159,8 +159,14 @@ def test_review_labels_feed_back_into_agreement(deployed_lake):
     second = evaluate(deployed_lake, finished, cfg, run_id="20261120T000000000000Z-rev002")
     metrics_key = f"{evaluation_prefix('shapes-cvae', DATE, second['run_id'])}/metrics.json"
     review = deployed_lake.get_json(metrics_key)["review"]
+    interval = review.pop("human_agreement_interval")
+    assert interval["n"] == 6 and interval["lo"] < 4 / 6 < interval["hi"]
+    # No reviewer judged attributes here (a hand-copied line): none compared, though the queue names the checker's.
     assert review == {"queued": 6, "labelled": 6, "human_agreement": round(4 / 6, 4), "refused_labels": 0,
-                      "refused_examples": []}
+                      "refused_examples": [], "by_attribute": {}}
+    assert all(set(q["checker_attributes"]) == {"colour", "shape", "size", "position"} for q in queue)
+    report = deployed_lake.get_bytes(metrics_key.replace("metrics.json", "report.html")).decode()
+    assert f"checker–human agreement {round(4 / 6, 3):.3f} (95% interval" in report
 
 
 def test_regression_is_measured_like_for_like_and_decides_promotion(deployed_lake):

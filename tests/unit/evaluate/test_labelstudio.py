@@ -21,16 +21,19 @@ def lake(tmp_path):
     lake = LocalLake(tmp_path / "lake")
     lines = [{"run_id": RUN, "prompt_id": f"p{i}", "prompt": f"a red circle {i}", "seed": i,
               "image": lake.url(f"evaluations/{MODEL}/dt={DATE}/run={RUN}/review/images/p{i}.png"),
-              "checker_margin": 0.1 * i, "checker_correct": i % 2 == 0, "human_correct": None} for i in range(6)]
+              "checker_margin": 0.1 * i, "checker_correct": i % 2 == 0, "human_correct": None,
+              "checker_attributes": {"colour": True, "shape": i % 2 == 0}} for i in range(6)]
     lake.put_bytes(QUEUE, "".join(json.dumps(x) + "\n" for x in lines).encode())
     return lake
 
 
-def annotation(n: int, choice, *, cancelled=False, by=1):
-    """One annotation as Label Studio exports it (the documented fields)."""
+def annotation(n: int, choice, *, cancelled=False, by=1, **attributes):
+    """One annotation as Label Studio exports it (the documented fields); ``attributes``: per-attribute choices."""
     value = {"choices": [choice]} if isinstance(choice, str) else choice
-    return {"id": 1000 + n, "result": [{"from_name": "verdict", "id": f"r{n}", "to_name": "output",
-                                        "type": "choices", "value": value, "origin": "manual"}],
+    regions = [("verdict", value)] + [(f"attribute_{a}", {"choices": [c]}) for a, c in attributes.items()]
+    return {"id": 1000 + n, "result": [{"from_name": name, "id": f"r{n}-{k}", "to_name": "output",
+                                        "type": "choices", "value": v, "origin": "manual"}
+                                       for k, (name, v) in enumerate(regions)],
             "was_cancelled": cancelled, "ground_truth": False, "created_at": "2026-11-21T09:00:00.000000Z",
             "updated_at": "2026-11-21T09:00:00.000000Z", "lead_time": 4.2, "result_count": 0, "task": n,
             "completed_by": by}
@@ -53,17 +56,21 @@ def test_a_queue_goes_out_as_tasks_and_its_labels_come_back_with_every_bad_one_q
                                   "image": f"http://airflow:8080/aigc/lake/evaluations/{MODEL}/dt={DATE}/run={RUN}"
                                            f"/review/images/p0.png"}
     # The checker's verdict as a prediction a reviewer corrects, in the config's choice names.
-    assert first["predictions"][0]["result"][0]["value"] == {"choices": ["right"]}
+    assert [(r["from_name"], r["value"]["choices"]) for r in first["predictions"][0]["result"]] == [
+        ("verdict", ["right"]), ("attribute_colour", ["right"]), ("attribute_shape", ["right"])]
     assert tasks[1]["predictions"][0]["result"][0]["value"] == {"choices": ["wrong"]}
     config = lake.get_bytes(out["label_config_uri"].removeprefix(lake.uri.rstrip("/") + "/")).decode()
     assert '<Choices name="verdict" toName="output"' in config and '<Image name="output" value="$image"/>' in config
+    assert '<Choices name="attribute_shape" toName="output"' in config and out["attributes"] == ["colour", "shape"]
 
     foreign = {"id": 99, "data": {"image": "https://example.com/1.jpg"}, "annotations": [annotation(99, "right")]}
     unknown = exported([{"data": {**first["data"], "prompt_id": "p-not-queued"}, "predictions": []}],
                        {0: [annotation(0, "right")]})[0]
-    export = exported(tasks, {0: [annotation(0, "right")], 1: [annotation(1, "right")],  # p1: the checker said wrong
-                              2: [annotation(2, "wrong", by=1), annotation(2, "wrong", by=2)],  # two agree
-                              3: [annotation(3, "right", by=1), annotation(3, "wrong", by=2)],  # they conflict
+    export = exported(tasks, {0: [annotation(0, "right", shape="right")],
+                              1: [annotation(1, "right", shape="right")],  # p1: the checker said wrong, shape too
+                              2: [annotation(2, "wrong", by=1), annotation(2, "wrong", by=2, colour="wrong")],
+                              3: [annotation(3, "wrong", by=1, shape="right"),
+                                  annotation(3, "wrong", by=2, shape="wrong")],  # they conflict on the shape
                               4: [annotation(4, {"choices": ["maybe"]})],
                               5: [annotation(5, "right", cancelled=True)]})  # skipped: no label, no error
     lake.put_bytes("review/inbox/project-7.json", json.dumps([*export, foreign, unknown]).encode())
@@ -75,6 +82,7 @@ def test_a_queue_goes_out_as_tasks_and_its_labels_come_back_with_every_bad_one_q
     assert [(x["prompt_id"], x["human_correct"], x["checker_correct"]) for x in labels] == [
         ("p0", True, True), ("p1", True, False), ("p2", False, True)]  # the checker's verdict: the queue's
     assert labels[2]["annotators"] == ["1", "2"] and labels[0]["source"] == "label-studio"
+    assert [x["human_attributes"] for x in labels] == [{"shape": True}, {"shape": True}, {"colour": False}]
     held = [json.loads(x) for x in lake.get_bytes(found["quarantine_uri"].removeprefix(
         lake.uri.rstrip("/") + "/")).splitlines()]
     assert {h["task"].get("id") for h in held} == {4, 5, 99, 1} and all(h["detail"] for h in held)
@@ -82,6 +90,12 @@ def test_a_queue_goes_out_as_tasks_and_its_labels_come_back_with_every_bad_one_q
     # What reviewers said reaches the checker's agreement figure: 1 of the 3 labels agrees with it (p0).
     seen = agreement(lake, MODEL)
     assert (seen["labelled"], seen["human_agreement"]) == (3, round(1 / 3, 4))
+    interval = seen["human_agreement_interval"]
+    assert interval["n"] == 3 and interval["lo"] < 1 / 3 < interval["hi"]
+    # …and per attribute, where a reviewer judged it: shape right twice (the checker agreed once), colour wrong
+    # once (the checker said right).
+    assert {a: (v["labelled"], v["value"]) for a, v in seen["by_attribute"].items()} == {
+        "colour": (1, 0.0), "shape": (2, 0.5)}
 
     # The same export again: nothing new. A later export that labels p0 again: a duplicate, quarantined.
     assert labelstudio.import_export(lake, MODEL, "review/inbox/project-7.json")["already_imported"]

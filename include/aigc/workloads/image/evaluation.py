@@ -59,6 +59,8 @@ def review_lines(lake: Lake, prefix: str, generated: list[dict], readings: list[
         lines.append({"run_id": run_id, "prompt_id": row["prompt_id"], "prompt": row["prompt"], "seed": row["seed"],
                       "image": lake.url(image_key), "checker_margin": round(reading["margin"], 4),
                       "checker_read": reading["read"], "checker_correct": reading.get("all_correct"),
+                      # The checker's verdict per attribute: what a reviewer's label per attribute is compared with.
+                      "checker_attributes": {a: bool(reading[a]) for a in ATTRIBUTES if a in reading},
                       "human_correct": None})
     return lines
 

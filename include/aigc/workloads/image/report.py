@@ -12,13 +12,21 @@ import json
 
 from aigc.lake import Lake
 from aigc.lake.keys import join
-from aigc.quality.evaluation import by_device_html, gpu_html
+from aigc.quality.evaluation import by_device_html, figure, gpu_html
 
 _STYLE = """body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
 img{max-width:100%;image-rendering:pixelated}.verdict{padding:1em;border-radius:6px;margin:1em 0}
 .pass{background:#e6f4ea;border:1px solid #34a853}.fail{background:#fce8e6;border:1px solid #d93025}
 .pending{background:#f1f3f4;border:1px solid #999}"""
+
+
+def _agreement(review: dict) -> str:
+    """The checker's agreement with reviewers, with its interval, and per attribute where reviewers judged them."""
+    overall = figure(review.get("human_agreement_interval")) if review.get("human_agreement_interval") else \
+        str(review.get("human_agreement"))
+    per = "; ".join(f"{html.escape(a)} {figure(v)}" for a, v in (review.get("by_attribute") or {}).items())
+    return overall + (f" (per attribute: {per})" if per else "")
 
 
 def _table(rows: list[dict]) -> str:
@@ -148,7 +156,7 @@ fails only when its whole interval is on the wrong side of the threshold.</p>
 {gpu_html(metrics)}
 <h2>Training loss</h2><img src="loss.png" alt="loss curve">
 <h2>Human review</h2><p>{metrics['review']['queued']} least certain outputs in <code>review/queue.jsonl</code>;
-labelled so far: {metrics['review']['labelled']}, checker–human agreement {metrics['review']['human_agreement']}.</p>
+labelled so far: {metrics['review']['labelled']}, checker–human agreement {_agreement(metrics['review'])}.</p>
 <h2>Gate details</h2><pre>{html.escape(json.dumps(gate.get('failures', []), indent=2, ensure_ascii=False))}</pre>
 <p>{html.escape(gate.get('result_uri', ''))}</p>
 <h2>Lineage</h2><pre>{html.escape(json.dumps(record.get('lineage', {}), indent=2, ensure_ascii=False))}</pre>
