@@ -194,8 +194,8 @@ def cmd_review(args: argparse.Namespace) -> dict:
         run_id = args.evaluation_run or resolve(lake, partition("evaluations", model, args.date))["run_id"]
         return {"command": "review export", "model": model, "date": args.date, "run_id": run_id,
                 **labelstudio.export_queue(lake, model, args.date, run_id, image_base=args.image_base)}
-    if not args.export:
-        raise ValueError("aigc review import needs --export URI: a Label Studio JSON export in the lake")
+    if not args.export:  # every export reviewers dropped in the inbox and not imported yet
+        return {"command": "review import", "model": model, **labelstudio.import_pending(lake, model)}
     return {"command": "review import", "model": model,
             **labelstudio.import_export(lake, model, key_in(lake, args.export))}
 
@@ -499,7 +499,8 @@ def build_parser(workload: Workload | None = None) -> argparse.ArgumentParser:
     p.add_argument("--evaluation-run", default=None, help="export: the evaluation run (default: the date's published)")
     p.add_argument("--image-base", default=None, help="export: the URL an image's lake key is appended to for "
                                                       "Label Studio (default: the lake's own URL)")
-    p.add_argument("--export", default=None, help="import: the Label Studio JSON export, a key or URI in the lake")
+    p.add_argument("--export", default=None, help="import: the Label Studio JSON export, a key or URI in the lake "
+                                                  "(default: every new one in review/<model>/inbox/)")
     _add_config_flags(p, "model", ModelConfig, only=("name",))
 
     p = sub.add_parser("registry", help="list, promote or roll back model versions",

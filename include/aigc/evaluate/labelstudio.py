@@ -39,6 +39,26 @@ EXPORT_LIMITS = JsonLimits(max_line_bytes=MAX_EXPORT_BYTES, max_json_depth=16, m
 SOURCE = "label-studio"
 
 
+def inbox(model: str) -> str:
+    """Where reviewers drop Label Studio exports for ``import_pending``: ``review/<model>/inbox/``."""
+    return join("review", model, "inbox")
+
+
+def import_pending(lake: Lake, model: str) -> dict:
+    """Every Label Studio export (``*.json``) in the model's inbox that was not imported yet, imported in name
+    order (``import_export``; an export imported before writes nothing); a file that is no export is reported with
+    why and the others still imported. The export files stay: they are the reviewers', not the pipeline's."""
+    found: dict[str, dict] = {}
+    for key in sorted(k for k in lake.list(inbox(model)) if k.endswith(".json")):
+        try:
+            found[lake.url(key)] = import_export(lake, model, key)
+        except BadExport as e:
+            found[lake.url(key)] = {"refused": str(e)}
+    new = [x for x in found.values() if x.get("already_imported") is False]
+    return {"exports": len(found), "imported": len(new), "labels": sum(x["labels"] for x in new),
+            "refused": sum("refused" in x for x in found.values()), "by_export": found}
+
+
 def queue_key(model: str, date: str, run_id: str) -> str:
     return join(evaluation_prefix(model, date, run_id), "review", "queue.jsonl")
 

@@ -126,6 +126,15 @@ def test_the_cli_exports_and_imports_and_refuses_an_export_outside_the_lake(lake
     lake.put_bytes("review/inbox/p.json", json.dumps(exported(tasks, {0: [annotation(0, "wrong")]})).encode())
     assert main(["review", "import", "--export", lake.url("review/inbox/p.json"), *common]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["labels"] == 1
+    # Without --export: every export in the inbox not imported yet; one that is no export is named, not fatal.
+    lake.put_bytes(f"review/{MODEL}/inbox/a.json", json.dumps(exported(tasks, {1: [annotation(1, "right")]})).encode())
+    lake.put_bytes(f"review/{MODEL}/inbox/b.json", b"id,verdict\n1,right\n")
+    assert main(["review", "import", *common]) == 0
+    pending = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (pending["exports"], pending["imported"], pending["labels"], pending["refused"]) == (2, 1, 1, 1)
+    assert main(["review", "import", *common]) == 0  # again: nothing new
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["imported"] == 0
+    assert lake.exists(f"review/{MODEL}/inbox/a.json")  # the reviewers' file stays
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text("[]")
     assert main(["review", "import", "--export", str(elsewhere), *common]) != 0
