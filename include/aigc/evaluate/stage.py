@@ -355,7 +355,7 @@ def other_device_classes(judge: Judge, prompts: list[dict], grid: list[dict], ve
 def evaluate(lake, generation: dict, cfg, *, run_id: str, workload, timings: list[dict] | None = None) -> dict:
     """Measure the generation run ``generation`` (stage 4's summary: model, version, date, run_id) and write the
     evaluation run; every figure a decision reads comes with its interval and the sample it rests on. ``timings``:
-    the variants timed on other device classes (``devices.time_on_this_worker``, the GPU queue's task), each then
+    the variants timed on other device classes (``time_on_this_worker``, the GPU queue's task), each then
     recommended for (``recommended_by_device``), as is a GPU this process sees that none of them timed."""
     from aigc.evaluate.review import agreement
     from aigc.plots import pareto_chart
