@@ -85,7 +85,14 @@ class EvaluationGateThresholds:
     interval (production − candidate, on the same prompts and seeds) is below this, and it is not significantly
     worse than the best version that was production."""
 
+    min_checker_agreement: float = 0.6
+    """How often the workload's checker must agree with reviewers' labels (``evaluations/<model>/labels``), overall
+    and per attribute reviewers judged: gate 5 fails when the interval's upper end is below it (the checker is then
+    shown to be wrong too often for its verdicts to decide promotion; recalibrate it or check the labels). Few
+    labels leave the interval wide and pass; no labels, no check. 0 turns it off."""
+
     def __post_init__(self) -> None:
         _check_range(self, "min_alignment", 0.0, 1.0)
         _check_range(self, "expected_alignment", 0.0, 1.0)
         _check_range(self, "max_regression", 0.0, 1.0)
+        _check_range(self, "min_checker_agreement", 0.0, 1.0)

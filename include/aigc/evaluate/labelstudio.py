@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import html
 import json
 
 from aigc.evaluate.runs import evaluation_prefix
@@ -35,7 +36,6 @@ ATTRIBUTE = "attribute_"
 """The name of an attribute's choice: ``attribute_colour``."""
 MAX_EXPORT_BYTES = 64 * 1024 * 1024
 """A Label Studio export larger than this is refused before it is read (a review round is hundreds of tasks)."""
-EXPORT_LIMITS = JsonLimits(max_line_bytes=MAX_EXPORT_BYTES, max_json_depth=16, max_json_values=5_000_000)
 SOURCE = "label-studio"
 
 
@@ -75,6 +75,7 @@ def label_config(output: str, attributes: list[str]) -> str:
     shown = '<Image name="output" value="$image"/>' if output == "image" else '<Text name="output" value="$text"/>'
 
     def choices(name: str, required: bool, title: str) -> str:
+        name, title = html.escape(name, quote=True), html.escape(title, quote=True)
         return (f'  <Header value="{title}" size="6"/>\n  <Choices name="{name}" toName="output" choice="single" '
                 f'showInLine="true" required="{str(required).lower()}">\n    <Choice value="{RIGHT}"/>\n'
                 f'    <Choice value="{WRONG}"/>\n  </Choices>\n')
@@ -168,7 +169,7 @@ def import_export(lake: Lake, model: str, key: str) -> dict:
     data = lake.get_bytes(key)
     try:
         tasks = json.loads(data)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested past the parser's depth
         raise BadExport(f"{lake.url(key)} is not JSON ({e}): export the project as JSON (Label Studio's Export → "
                         f"JSON), not JSON-MIN or CSV") from e
     if not isinstance(tasks, list):
@@ -198,9 +199,9 @@ def import_export(lake: Lake, model: str, key: str) -> dict:
             continue
         run = ids[1:3]
         if run not in queues:
-            try:
+            try:  # the date and run id are the export's: checked as lake key parts before any read
                 queues[run] = read_queue(lake, model, *run)
-            except ObjectNotFound:
+            except (ObjectNotFound, ValueError):  # none there; a date or run id no key may hold (LakeKeyError)
                 queues[run] = None
         queued = (queues[run] or {}).get(ids[3])
         if queued is None:

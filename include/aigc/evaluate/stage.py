@@ -424,7 +424,7 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload, timings: lis
     lake.put_bytes(join(prefix, "pareto.png"), pareto_chart(points, front, chosen))
     queue = judge.review(generated, content, e.review_items)
     lake.put_bytes(join(prefix, "review", "queue.jsonl"), "".join(json.dumps(x) + "\n" for x in queue).encode())
-    metrics["review"] = {"queued": len(queue), **agreement(lake, ev.model)}
+    metrics["review"] = {"queued": len(queue), **agreement(lake, ev.model, e.confidence)}
     metrics["seconds"] = round(time.perf_counter() - ev.started, 2)
     lake.put_json(join(prefix, "metrics.json"), metrics)
     workload.write_report(lake, prefix, metrics, points, front, ev.record, generation)

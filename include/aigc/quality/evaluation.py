@@ -158,7 +158,7 @@ def alignment_checks(metrics: dict, t: EvaluationGateThresholds, content: tuple[
     minimum as the CPU's does."""
     day, model_figure = content_alignment(metrics), metrics["intervals"].get("model_alignment")
     by_device = metrics["intervals"].get("model_alignment_by_device") or {}
-    return [
+    return [*reviewer_checks(metrics, t),
         evidence_check("content_alignment", content[0], day, t.min_alignment,
                        content[1].format(figure=figure(day), minimum=f"{t.min_alignment:g}"),
                        more=more_day_answers(metrics), looked=looks(metrics, "content_alignment")),
@@ -172,6 +172,28 @@ def alignment_checks(metrics: dict, t: EvaluationGateThresholds, content: tuple[
                          looked=((metrics.get("evidence") or {}).get("model_alignment_by_device") or {}).get(cls))
           for cls, estimate in sorted(by_device.items())),
     ]
+
+
+def reviewer_checks(metrics: dict, t: EvaluationGateThresholds) -> list[Check]:
+    """Where reviewers labelled outputs (``metrics["review"]``: ``aigc.evaluate.review.agreement``), the checker's
+    agreement with them, overall and per attribute, against ``min_checker_agreement``: failed only when shown below
+    it (the interval's upper end), since a few labels say little; the labels are the judge's judge."""
+    review = metrics.get("review") or {}
+    if not t.min_checker_agreement or not review.get("human_agreement_interval"):
+        return []
+    per_attribute = (review.get("by_attribute") or {}).items()
+    found = [("", "", review["human_agreement_interval"]),
+             *((f"_{re.sub(r'[^a-z0-9]+', '_', a)}", f" on {a}", v) for a, v in per_attribute)]
+    checks = []
+    for suffix, what, estimate in found:
+        shown = figure(estimate)
+        checks.append(Check(f"checker_agreement{suffix}", f"the checker's agreement with reviewers{what}",
+                            estimate["hi"] if estimate.get("hi") is not None else 1.0, t.min_checker_agreement, True,
+                            shown, f"reviewers' labels disagree with the checker{what}: it agrees on {shown}, shown "
+                            f"below {t.min_checker_agreement:g}, so its verdicts cannot decide promotion; recalibrate "
+                            f"the checker or check the labels ({how_to_set('evaluate_gate', 'min_checker_agreement')} "
+                            f"sets the bar, 0 turns it off)"))
+    return checks
 
 
 def looks(metrics: dict, check: str) -> dict | None:

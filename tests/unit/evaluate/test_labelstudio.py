@@ -66,6 +66,9 @@ def test_a_queue_goes_out_as_tasks_and_its_labels_come_back_with_every_bad_one_q
     foreign = {"id": 99, "data": {"image": "https://example.com/1.jpg"}, "annotations": [annotation(99, "right")]}
     unknown = exported([{"data": {**first["data"], "prompt_id": "p-not-queued"}, "predictions": []}],
                        {0: [annotation(0, "right")]})[0]
+    # A run id that would name a key outside the evaluations (as a hand-edited export might): never read.
+    escaping = exported([{"data": {**first["data"], "run_id": "../../raw"}, "predictions": []}],
+                        {0: [annotation(0, "right")]})[0]
     export = exported(tasks, {0: [annotation(0, "right", shape="right")],
                               1: [annotation(1, "right", shape="right")],  # p1: the checker said wrong, shape too
                               2: [annotation(2, "wrong", by=1), annotation(2, "wrong", by=2, colour="wrong")],
@@ -73,10 +76,10 @@ def test_a_queue_goes_out_as_tasks_and_its_labels_come_back_with_every_bad_one_q
                                   annotation(3, "wrong", by=2, shape="wrong")],  # they conflict on the shape
                               4: [annotation(4, {"choices": ["maybe"]})],
                               5: [annotation(5, "right", cancelled=True)]})  # skipped: no label, no error
-    lake.put_bytes("review/inbox/project-7.json", json.dumps([*export, foreign, unknown]).encode())
+    lake.put_bytes("review/inbox/project-7.json", json.dumps([*export, foreign, unknown, escaping]).encode())
     found = labelstudio.import_export(lake, MODEL, "review/inbox/project-7.json")
-    assert (found["tasks"], found["labels"], found["cancelled"]) == (8, 3, 1)
-    assert found["quarantined"] == {"conflicting_labels": 1, "malformed_annotation": 1, "unknown_task": 2}
+    assert (found["tasks"], found["labels"], found["cancelled"]) == (9, 3, 1)
+    assert found["quarantined"] == {"conflicting_labels": 1, "malformed_annotation": 1, "unknown_task": 3}
     key = found["labels_uri"].removeprefix(lake.uri.rstrip("/") + "/")
     labels = [json.loads(x) for x in lake.get_bytes(key).splitlines()]
     assert [(x["prompt_id"], x["human_correct"], x["checker_correct"]) for x in labels] == [
@@ -85,7 +88,7 @@ def test_a_queue_goes_out_as_tasks_and_its_labels_come_back_with_every_bad_one_q
     assert [x["human_attributes"] for x in labels] == [{"shape": True}, {"shape": True}, {"colour": False}]
     held = [json.loads(x) for x in lake.get_bytes(found["quarantine_uri"].removeprefix(
         lake.uri.rstrip("/") + "/")).splitlines()]
-    assert {h["task"].get("id") for h in held} == {4, 5, 99, 1} and all(h["detail"] for h in held)
+    assert [h["task"].get("id") for h in held] == [4, 5, 99, 1, 1] and all(h["detail"] for h in held)
     assert '"maybe"' in next(h for h in held if h["reason"] == "malformed_annotation")["detail"]
     # What reviewers said reaches the checker's agreement figure: 1 of the 3 labels agrees with it (p0).
     seen = agreement(lake, MODEL)
@@ -139,3 +142,30 @@ def test_the_cli_exports_and_imports_and_refuses_an_export_outside_the_lake(lake
     elsewhere.write_text("[]")
     assert main(["review", "import", "--export", str(elsewhere), *common]) != 0
     assert "is not in the lake" in capsys.readouterr().err
+
+
+def test_reviewers_who_disagree_with_the_checker_on_an_attribute_fail_gate_5_on_it_and_few_labels_do_not(lake):
+    """The judge's judge: twelve labels that agree with the checker overall and on the shape but never on the
+    colour (the checker misreads colour) fail gate 5's colour agreement, shown below the bar; two such labels
+    do not (the interval cannot show it), and the bar at 0 asks nothing."""
+    from aigc.config import PipelineConfig
+    from aigc.quality.evaluation import alignment_checks
+
+    def gate(n: int, bar: float | None = None) -> dict:
+        labels = [{"run_id": RUN, "prompt_id": f"p{i}", "checker_correct": True, "human_correct": True,
+                   "checker_attributes": {"colour": True, "shape": True},
+                   "human_attributes": {"colour": False, "shape": True}} for i in range(n)]
+        lake.put_bytes(f"evaluations/{MODEL}/labels/r.jsonl", "".join(json.dumps(x) + "\n" for x in labels).encode())
+        metrics = {"intervals": {"alignment": None, "model_alignment": None}, "generated": 0,
+                   "review": agreement(lake, MODEL)}
+        t = PipelineConfig().override({"evaluate_gate": {"min_checker_agreement": bar}} if bar is not None
+                                      else {}).evaluate_gate
+        return {c.column: c for c in alignment_checks(metrics, t, ("day", "{figure}"), ("model", "{figure}"))}
+
+    checks = gate(12)
+    assert checks["checker_agreement"].passed and checks["checker_agreement_shape"].passed
+    colour = checks["checker_agreement_colour"]
+    assert not colour.passed and "on colour" in colour.failure and "min_checker_agreement" in colour.failure
+    few = gate(2)["checker_agreement_colour"]
+    assert few.passed and few.bound > 0.6  # 0 of 2: an interval that reaches past 0.6 does not show it below
+    assert not any(c.startswith("checker_agreement") for c in gate(12, 0.0))
