@@ -267,9 +267,15 @@ class EvaluateStage(Stage):
 
     def produce(self, lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str,
                 timings: list[dict] | None = None) -> dict:
+        """Reviewers' Label Studio exports dropped in ``review/<model>/inbox/`` since the last evaluation are
+        imported first (``labelstudio.import_pending``: what ``aigc review import`` does), so this evaluation's
+        agreement and gate 5 read them; then the evaluation."""
+        from aigc.evaluate.labelstudio import import_pending
         from aigc.evaluate.stage import evaluate
 
-        return evaluate(lake, generation, cfg, run_id=run_id, workload=_workload(cfg, self.name), timings=timings)
+        imported = import_pending(lake, cfg.model.name)
+        evaluated = evaluate(lake, generation, cfg, run_id=run_id, workload=_workload(cfg, self.name), timings=timings)
+        return {**evaluated, "labels_imported": imported["labels"], "label_exports_refused": imported["refused"]}
 
     def time_here(self, lake: Lake, generation: dict, cfg: PipelineConfig) -> dict:
         """The version's variants timed on this worker's GPU (``produce``'s ``timings``), or why not."""

@@ -12,13 +12,14 @@ from PIL import Image
 
 import aigc.devices
 from aigc.config import BatchingConfig, EvaluateConfig, GenerateConfig
-from aigc.evaluate import stage
+from aigc.evaluate import labelstudio
 from aigc.evaluate.runs import evaluation_prefix
 from aigc.evaluate.stats import paired_difference
 from aigc.generate import run as gen_run
 from aigc.quality.evaluation import promote_and_publish, validate_evaluation
 from aigc.quality.gate import GateFailed
 from aigc.registry import Registry
+from aigc.stages import EVALUATE
 from aigc.workloads import workload_of
 from aigc.workloads.image import IMAGE
 from aigc.workloads.image.reference import evaluation_prompts
@@ -35,8 +36,9 @@ def config():
 
 
 def evaluate(lake, generation: dict, cfg, *, run_id: str, timings: list[dict] | None = None) -> dict:
-    """Stage 5 (the core's skeleton) with the image workload's judge."""
-    return stage.evaluate(lake, generation, cfg, run_id=run_id, workload=IMAGE, timings=timings)
+    """Stage 5 as the task and the CLI run it (reviewers' exports in, then the image workload's evaluation)."""
+    assert cfg.workload.name == IMAGE.name
+    return EVALUATE.produce(lake, generation, cfg, run_id=run_id, timings=timings)
 
 
 # What the GPU queue's task hands the evaluation (``devices.timing_of``) from an H100 worker, and from a worker
@@ -151,12 +153,21 @@ def test_review_labels_feed_back_into_agreement(deployed_lake):
     assert len(queue) == 6 and all(q["image"].endswith(".png") for q in queue)
     margins = [q["checker_margin"] for q in queue]
     assert margins == sorted(margins)  # least certain first
-    # A reviewer agrees with the checker on the first four items and not on the last two.
-    labelled = [{**q, "human_correct": bool(q["checker_correct"]) if i < 4 else not q["checker_correct"]}
-                for i, q in enumerate(queue)]
+    # A reviewer agrees with the checker on the first four items (lines copied by hand) and, in Label Studio, not
+    # on the last two: its JSON export, dropped in the inbox, is imported by the next evaluation.
+    labelled = [{**q, "human_correct": bool(q["checker_correct"])} for q in queue[:4]]
     deployed_lake.put_bytes("evaluations/shapes-cvae/labels/reviewer-a.jsonl",
                             "".join(json.dumps(x) + "\n" for x in labelled).encode())
+    out = labelstudio.export_queue(deployed_lake, "shapes-cvae", DATE, first["run_id"])
+    tasks = json.loads(deployed_lake.get_bytes(out["tasks_uri"].removeprefix(deployed_lake.uri.rstrip("/") + "/")))
+    said = {q["prompt_id"]: "wrong" if q["checker_correct"] else "right" for q in queue[4:]}
+    export = [{"id": n, "data": t["data"], "annotations": [{"id": n, "was_cancelled": False, "completed_by": 1,
+               "result": [{"from_name": "verdict", "to_name": "output", "type": "choices",
+                           "value": {"choices": [said[t["data"]["prompt_id"]]]}}]}]}
+              for n, t in enumerate(tasks) if t["data"]["prompt_id"] in said]
+    deployed_lake.put_bytes("review/shapes-cvae/inbox/round-1.json", json.dumps(export).encode())
     second = evaluate(deployed_lake, finished, cfg, run_id="20261120T000000000000Z-rev002")
+    assert second["labels_imported"] == 2
     metrics_key = f"{evaluation_prefix('shapes-cvae', DATE, second['run_id'])}/metrics.json"
     review = deployed_lake.get_json(metrics_key)["review"]
     interval = review.pop("human_agreement_interval")
