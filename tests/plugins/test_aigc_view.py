@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from aigc.catalog import Catalog
+from aigc.devices import device_class
 from aigc.lake import LocalLake
 from aigc_airflow.view.app import create_app
 from aigc_airflow.view.markup import fmt
@@ -231,6 +232,10 @@ def test_the_pages_show_what_the_pipeline_published(deployed_lake, airflow_auth)
     # What the GPUs did, per run: on this CPU host nothing, and each run's facts say why instead of a figure.
     assert "<th>GPU</th><td>not recorded: no GPU telemetry beside this run (trained without the launcher" in day
     assert "<th>GPU</th><td>not recorded: no GPU: generation shard 0 ran on the CPU, so nothing was sampled" in day
+    # What auto serves per device class (here only this CPU's), and the reviewers' labels (none yet).
+    recommended = catalog.published("evaluations", DATE)["summary"]["recommended_by_device"]
+    assert list(recommended) == [device_class("cpu")] and f"<th>recommended on {device_class('cpu')}</th>" in day
+    assert "<th>review labels</th><td>none yet</td>" in day
     images = re.findall(r'<img src="([^"]+)"', day)
     assert [i.rsplit("/", 1)[1] for i in images] == ["loss.png", "gallery.png"]
     for src in images:

@@ -121,7 +121,20 @@ def _metrics(run: dict, urls: Urls) -> Html:
                       "FID (checker features)": m["fid"], "diversity": m.get("diversity"),
                       "safety violations": m["safety_violations"],
                       "regression vs production": m.get("regression_vs_production"),
-                      "recommended": _recommended(m.get("recommended"))})
+                      "recommended": _recommended(m.get("recommended")),
+                      # What ``auto`` serves on each device class the variants were timed on.
+                      **{f"recommended on {cls}": _recommended(rec)
+                         for cls, rec in sorted((m.get("recommended_by_device") or {}).items())},
+                      "review labels": _labels(m.get("review"))})
+
+
+def _labels(review: dict | None) -> str:
+    """How many outputs reviewers labelled and how often the checker agreed with them."""
+    if not review or not review.get("labelled"):
+        return "none yet"
+    per = ", ".join(f"{a} {v['value']:.2f}" for a, v in (review.get("by_attribute") or {}).items())
+    return (f"{review['labelled']} labelled, checker agrees on {review['human_agreement']:.2f}"
+            + (f" (per attribute: {per})" if per else ""))
 
 
 def _recommended(rec: dict | None) -> str:
