@@ -190,9 +190,12 @@ def measure(lengths: list[int], compute: Callable, oom_rate: float, repeats: int
 
     # Cold: a run's first shard, which learns from nothing. Warm: its later shards, which start from the
     # sizes the shard before them learned (here: the cold run's of the same repeat).
-    policies["ours"] = lambda run, acc: ours(run, lengths, budget or float(1 << 40), peaks(acc), stats)
+    # On the GPU ours starts as stage 4 does there: from the memory plan, not from 32 (generate.engine).
+    start = None if on_device else 32
+    policies["ours"] = lambda run, acc: ours(run, lengths, budget or float(1 << 40), peaks(acc), stats,
+                                             start_batch=start)
     policies["ours_warm"] = lambda run, acc: ours(run, lengths, budget or float(1 << 40), peaks(acc),
-                                                  learned=stats["settled_on"])
+                                                  learned=stats["settled_on"], start_batch=start)
     rates: dict[str, list[float]] = {name: [] for name in policies}
     memory: dict[str, dict] = {}
     settling: list[float | None] = []

@@ -102,10 +102,11 @@ def seed_batcher(run: Callable, order: list[int], start: int = 32, max_batch: in
 
 
 def ours(run: Callable, lengths: list[int], budget: float, peaks: PeakMeter | None,
-         stats: dict | None = None, learned: dict[int, int] | None = None) -> list[int]:
-    """``learned``: the sizes a previous shard settled on (a generation run's second shard onwards)."""
+         stats: dict | None = None, learned: dict[int, int] | None = None, start_batch: int | None = 32) -> list[int]:
+    """``learned``: the sizes a previous shard settled on (a generation run's second shard onwards);
+    ``start_batch``: None on a GPU, where stage 4 starts from the memory plan (``generate.engine``)."""
     results, report = AdaptiveBatcher(run, lengths, MemoryModel(width=WIDTH), lambda: budget, backoff_s=0.0,
-                                      peaks=peaks, learned=learned)()
+                                      peaks=peaks, learned=learned, start_batch=start_batch)()
     if stats is not None:
         stats.update(settled_on=report.learned, settled_after=settled_after(report.sizes, report.learned))
     return results
