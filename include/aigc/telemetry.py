@@ -38,6 +38,7 @@ class GpuSampler:
                  clock: Callable[[], float] = time.monotonic, what: str = "this task"):
         self.gpus, self.cfg, self.clock, self.what = list(gpus), cfg, clock, what
         self.readings: dict[int, list[tuple[float, int, float | None, float | None]]] = {g: [] for g in self.gpus}
+        self._warned = False  # the low-utilisation warning: once per task, however often its summary is read
         """GPU → (utilisation 0-1, memory used in bytes, power in W or None, temperature in °C or None) a reading."""
         self.names: dict[int, str] = {}
         self.reason: str | None = None
@@ -129,7 +130,8 @@ class GpuSampler:
                    "min_gpu_utilisation": floor, "low_utilisation": mean < floor}
         if self.reason:  # sampling stopped early: the figures cover its start only
             figures["stopped"] = self.reason
-        if figures["low_utilisation"]:
+        if figures["low_utilisation"] and not self._warned:
+            self._warned = True
             log.warning("telemetry: %s kept its GPU(s) busy %.0f%% of the time on average, below the floor of "
                         "%.0f%% (TelemetryConfig.min_gpu_utilisation): the GPU waited, for data or for the host",
                         self.what, 100 * mean, 100 * floor)

@@ -88,6 +88,7 @@ def test_a_task_below_the_utilisation_floor_is_flagged_and_said_so(caplog):
     assert s["low_utilisation"] and s["utilisation_mean"] == pytest.approx(0.2125)
     assert s["gpus"][0]["power_w_mean"] is None
     assert "generation shard 3" in caplog.text and "TelemetryConfig.min_gpu_utilisation" in caplog.text
+    assert sampler.summary()["low_utilisation"] and caplog.text.count("below the floor") == 1  # said once
 
 
 def test_the_sampler_reads_on_its_own_thread_while_the_task_runs_and_stops_with_it():
