@@ -25,6 +25,7 @@ import great_expectations  # the gates' (≈3-4 s on its own)
 import great_expectations.expectations
 import torch  # training, deployment, generation (≈2 s)
 
+import aigc.evaluate.labelstudio
 import aigc.generate.run
 import aigc.lake.lease
 import aigc.prepare.fanout
