@@ -1,8 +1,10 @@
 """aigc_evaluate (stage 5): runs when a candidate's generation run is handed off for evaluation.
 
-    wanted ── claim_partition ── find_generation ── evaluate ── gate_evaluation ── publish_content ── release
-publish_content publishes the day's generations and evaluation and moves production to the version, unless
-it is significantly worse than production.
+    wanted ── claim_partition ── find_generation ── time_on_gpu ── evaluate ── gate_evaluation ── publish_content
+                                                                                                   ── release
+time_on_gpu times the version's variants on the GPU queue's worker (nothing without a GPU), so the evaluation
+recommends per device class; publish_content publishes the day's generations and evaluation and moves production
+to the version, unless it is significantly worse than production.
 """
 
 from __future__ import annotations

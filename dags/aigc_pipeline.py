@@ -11,7 +11,8 @@
              serves on the CPU) ── finish_generation ── gate_generate ── route_content
              ─┬─ hand_off_for_evaluation (a candidate: this run's model)
               └─ publish_generations (production only: skipped here)
-    stage 5  find_generation ── evaluate ── gate_evaluation ── publish_content (production → this version)
+    stage 5  find_generation ── time_on_gpu ── evaluate ── gate_evaluation ── publish_content (production → this
+             version)
     release_partition (teardown: runs whatever happened, gives the date back)
 
 The same task groups as the stage DAGs (aigc_prepare … aigc_evaluate, which run nightly as a chain linked
