@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # the DAG files import this module at parse time: no pyarrow 
     from aigc.config import PipelineConfig
     from aigc.lake import Lake
 
+log = logging.getLogger(__name__)
 PRODUCTION = "production"
 
 
@@ -266,7 +268,7 @@ class EvaluateStage(Stage):
     name, gate_name = "evaluate", "evaluation"
 
     def produce(self, lake: Lake, generation: dict, cfg: PipelineConfig, *, run_id: str,
-                timings: list[dict] | None = None) -> dict:
+                timings: list[dict] | None = None, time_local_gpus: bool = True) -> dict:
         """Reviewers' Label Studio exports dropped in ``review/<model>/inbox/`` since the last evaluation are
         imported first (``labelstudio.import_pending``: what ``aigc review import`` does), so this evaluation's
         agreement and gate 5 read them; then the evaluation."""
@@ -274,14 +276,21 @@ class EvaluateStage(Stage):
         from aigc.evaluate.stage import evaluate
 
         imported = import_pending(lake, cfg.model.name)
-        evaluated = evaluate(lake, generation, cfg, run_id=run_id, workload=_workload(cfg, self.name), timings=timings)
+        evaluated = evaluate(lake, generation, cfg, run_id=run_id, workload=_workload(cfg, self.name), timings=timings,
+                             time_local_gpus=time_local_gpus)
         return {**evaluated, "labels_imported": imported["labels"], "label_exports_refused": imported["refused"]}
 
     def time_here(self, lake: Lake, generation: dict, cfg: PipelineConfig) -> dict:
-        """The version's variants timed on this worker's GPU (``produce``'s ``timings``), or why not."""
+        """The version's variants timed on this worker's GPU (``produce``'s ``timings``), or why not: a timing that
+        fails says so and the evaluation goes on without that class (its recommendation is advice; the CPU's and
+        gate 5 do not wait on it)."""
         from aigc.evaluate.stage import time_on_this_worker
 
-        return time_on_this_worker(lake, generation, cfg, _workload(cfg, self.name))
+        try:
+            return time_on_this_worker(lake, generation, cfg, _workload(cfg, self.name))
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            log.warning("timing the variants on this worker failed: %s", e, exc_info=True)
+            return {"device_class": None, "reason": f"the timing on this worker failed: {type(e).__name__}: {e}"}
 
     def gate(self, lake, cfg, produced):
         from aigc.quality.evaluation import validate_evaluation

@@ -38,8 +38,8 @@ class GpuSampler:
                  clock: Callable[[], float] = time.monotonic, what: str = "this task"):
         self.gpus, self.cfg, self.clock, self.what = list(gpus), cfg, clock, what
         self.readings: dict[int, list[tuple[float, int, float | None, float | None]]] = {g: [] for g in self.gpus}
-        self._warned = False  # the low-utilisation warning: once per task, however often its summary is read
         """GPU → (utilisation 0-1, memory used in bytes, power in W or None, temperature in °C or None) a reading."""
+        self._warned = False  # the low-utilisation warning: once per task, however often its summary is read
         self.names: dict[int, str] = {}
         self.reason: str | None = None
         self._nvml, self._handles = nvml, {}

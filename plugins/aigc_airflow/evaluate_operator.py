@@ -54,8 +54,9 @@ class EvaluateOperator(BaseOperator):
         hold_partition_or_fail(context, lake)
         try:
             timings = self.timings if isinstance(self.timings, list) else [self.timings] if self.timings else []
+            # Its GPUs are the GPU queue's task's to time, in a GPU slot: this task holds none.
             summary = EVALUATE.produce(lake, self.generation, cfg, run_id=dag_run_scoped_id(context, cfg, "evaluate"),
-                                       timings=timings)
+                                       timings=timings, time_local_gpus=False)
         except NoScorer as e:  # the same content is unreadable on a retry: say why now
             raise AirflowFailException(str(e)) from e
         self.report_uri = summary["report_uri"]

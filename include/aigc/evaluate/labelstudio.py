@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import html
 import json
+import logging
 
 from aigc.evaluate.runs import evaluation_prefix
 from aigc.jsonlines import JsonLimits, Refused, read_json_object
@@ -31,6 +32,7 @@ from aigc.lake import Lake, key_in
 from aigc.lake.base import ObjectNotFound, PreconditionFailed
 from aigc.lake.keys import join
 
+log = logging.getLogger(__name__)
 VERDICT, RIGHT, WRONG = "verdict", "right", "wrong"
 ATTRIBUTE = "attribute_"
 """The name of an attribute's choice: ``attribute_colour``."""
@@ -52,8 +54,9 @@ def import_pending(lake: Lake, model: str) -> dict:
     for key in sorted(k for k in lake.list(inbox(model)) if k.endswith(".json")):
         try:
             found[lake.url(key)] = import_export(lake, model, key)
-        except BadExport as e:
-            found[lake.url(key)] = {"refused": str(e)}
+        except Exception as e:  # noqa: BLE001 - one reviewer's bad file must not stop the evaluation that imports
+            found[lake.url(key)] = {"refused": f"{type(e).__name__}: {e}"}
+            log.warning("Label Studio export %s not imported: %s", lake.url(key), e)
     new = [x for x in found.values() if x.get("already_imported") is False]
     return {"exports": len(found), "imported": len(new), "labels": sum(x["labels"] for x in new),
             "refused": sum("refused" in x for x in found.values()), "by_export": found}
@@ -101,7 +104,7 @@ def export_queue(lake: Lake, model: str, date: str, run_id: str, image_base: str
     tasks = []
     for prompt_id, line in queue.items():
         shown = line.get("image") if output == "image" else line.get("text")
-        if output == "image" and image_base:
+        if output == "image" and image_base and shown:
             shown = image_base.rstrip("/") + "/" + key_in(lake, shown)
         data = {"model": model, "date": date, "run_id": run_id, "prompt_id": prompt_id,
                 "prompt": line.get("prompt") or line.get("prompt_tail") or "", output: shown}
@@ -190,7 +193,7 @@ def import_export(lake: Lake, model: str, key: str) -> dict:
 
     for n, task in enumerate(tasks):
         d = task.get("data") if isinstance(task, dict) else None
-        ids = d and (d.get("model"), d.get("date"), d.get("run_id"), d.get("prompt_id"))
+        ids = isinstance(d, dict) and (d.get("model"), d.get("date"), d.get("run_id"), d.get("prompt_id"))
         if not ids or not all(isinstance(x, str) and x for x in ids):
             refuse(n, task, "unknown_task", "its data names no run and prompt: not a task aigc review exported")
             continue
@@ -208,7 +211,11 @@ def import_export(lake: Lake, model: str, key: str) -> dict:
             refuse(n, task, "unknown_task", f"run {run[1]} of {run[0]} queued no prompt {ids[3]!r} for review")
             continue
         given, malformed = [], []
-        for annotation in task.get("annotations") or []:
+        annotations = task.get("annotations") or []
+        if not isinstance(annotations, list):
+            refuse(n, task, "malformed_annotation", f"its annotations are a {type(annotations).__name__}, not a list")
+            continue
+        for annotation in annotations:
             if isinstance(annotation, dict) and annotation.get("was_cancelled"):
                 cancelled += 1
                 continue
@@ -236,7 +243,8 @@ def import_export(lake: Lake, model: str, key: str) -> dict:
                                                   if k != VERDICT},
                              "source": SOURCE, "annotators": annotators, "export": lake.url(key),
                              "task_id": task.get("id")})
-    for where, lines in ((labels, accepted), (held, quarantined)):
+    # The quarantine first: a crash between the two writes leaves no labels file, so a retry imports it all again.
+    for where, lines in ((held, quarantined), (labels, accepted)):
         if lines:
             # An import beside this one may have written the same export's files first: the same content.
             with contextlib.suppress(PreconditionFailed):

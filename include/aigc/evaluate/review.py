@@ -26,7 +26,7 @@ def agreement(lake: Lake, model: str, confidence: float = 0.95) -> dict:
     (malformed, oversized, not an object) is left out and listed with its reason, never a failed evaluation."""
     labelled, refused = [], []
     for key in lake.list(join("evaluations", model, "labels")):
-        if key.endswith(".jsonl"):
+        if key.endswith(".jsonl") and "/_quarantine/" not in key:  # what an import refused is not a label
             for n, raw in enumerate(lake.iter_lines(key, max_line_bytes=LABEL_LIMITS.max_line_bytes), start=1):
                 if not raw.strip() and not isinstance(raw, LongLine):
                     continue

@@ -340,19 +340,22 @@ def recommend_per_class(judge: Judge, prompts: list[dict], verdicts: dict, cfg, 
 
 
 def other_device_classes(judge: Judge, prompts: list[dict], grid: list[dict], verdicts: dict, scores: dict, cfg,
-                         timings: list[dict]) -> dict[str, dict]:
-    """The grid on every device class but the evaluation's CPU: ``timings`` handed in (the GPU queue's), and a GPU
-    of this process of a class none of them timed (``aigc evaluate`` on a GPU host)."""
+                         timings: list[dict], time_local_gpus: bool) -> dict[str, dict]:
+    """The grid on every device class but the evaluation's CPU: ``timings`` handed in (the GPU queue's), and with
+    ``time_local_gpus`` a GPU of this process of a class none of them timed (``aigc evaluate`` on a GPU host; not
+    the evaluation task, which holds no GPU slot: the GPU queue's task times there)."""
     timed = [t for t in timings if t.get("device_class")]
     for t in timings:
         if not t.get("device_class"):
             log.info("no device class timed by a worker: %s", t.get("reason"))
-    timed += local_gpu_timings(judge, prompts[: cfg.evaluate.latency_prompts], cfg,
-                               {device_class("cpu"), *(t["device_class"] for t in timed)})
+    if time_local_gpus:
+        timed += local_gpu_timings(judge, prompts[: cfg.evaluate.latency_prompts], cfg,
+                                   {device_class("cpu"), *(t["device_class"] for t in timed)})
     return recommend_per_class(judge, prompts, verdicts, cfg, scores, grid, timed)
 
 
-def evaluate(lake, generation: dict, cfg, *, run_id: str, workload, timings: list[dict] | None = None) -> dict:
+def evaluate(lake, generation: dict, cfg, *, run_id: str, workload, timings: list[dict] | None = None,
+             time_local_gpus: bool = True) -> dict:
     """Measure the generation run ``generation`` (stage 4's summary: model, version, date, run_id) and write the
     evaluation run; every figure a decision reads comes with its interval and the sample it rests on. ``timings``:
     the variants timed on other device classes (``time_on_this_worker``, the GPU queue's task), each then
@@ -372,7 +375,7 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload, timings: lis
     grid, verdicts, scores = measure_grid(judge, prompts, cfg)
     chosen, points = recommend_on_evidence(judge, prompts, grid, verdicts, cfg, scores)
     front = pareto_front([p for p in points if p["alignment"] is not None], "alignment", "latency_ms")
-    by_device = other_device_classes(judge, prompts, grid, verdicts, scores, cfg, timings or [])
+    by_device = other_device_classes(judge, prompts, grid, verdicts, scores, cfg, timings or [], time_local_gpus)
     compared = against_production(judge, prompts, verdicts["fp32"][: len(prompts)], e.confidence)
     production, regression, to_best = compared["production"], compared["vs_production"], compared["vs_best"]
     looked = look_until_decided(judge, verdicts[chosen["variant"]], chosen["variant"], judge.eval_prompts, cfg,
@@ -400,6 +403,7 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload, timings: lis
         "refused": sum(r["status"] == "refused" for r in ev.rows), "safety_violations": violations,
         "eval_prompts": len(prompts), "recommended": chosen, "recommendation_rule": rule,
         "recommended_by_device": {device_class("cpu"): chosen, **{c: f["recommended"] for c, f in by_device.items()}},
+        "devices_not_timed": [t.get("reason") for t in timings or [] if not t.get("device_class")],
         "score_name": judge.score_name if scores else None,
         "production_before": production, "best_before": compared["best"],
         "evidence": {"model_alignment": with_design(looked, cfg),

@@ -106,8 +106,8 @@ def recommendations(registry, record: dict) -> dict:
     nearest measured choice, taken where gate 3 passed the same variant for this version). A record evaluated
     before recommendations were kept per class has one, made on the evaluation's CPU: any CPU reads it."""
     def of(found: dict) -> dict:
-        return found.get("recommended_by_device") or (
-            {"cpu-evaluation": found["recommended"]} if found.get("recommended") else {})
+        made = {c: r for c, r in (found.get("recommended_by_device") or {}).items() if r}  # a class with no pick
+        return made or ({"cpu-evaluation": found["recommended"]} if found.get("recommended") else {})
 
     source = record
     production = registry.aliases()["aliases"].get("production")

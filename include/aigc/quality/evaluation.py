@@ -165,13 +165,18 @@ def alignment_checks(metrics: dict, t: EvaluationGateThresholds, content: tuple[
         evidence_check("model_alignment", model[0], model_figure, t.min_alignment,
                        model[1].format(figure=figure(model_figure), minimum=f"{t.min_alignment:g}"),
                        more=more_evaluation_prompts(metrics), looked=looks(metrics, "model_alignment")),
-        *(evidence_check(f"model_alignment_{re.sub(r'[^a-z0-9]+', '_', cls)}", f"{model[0]}, as recommended on {cls}",
+        *(evidence_check(f"model_alignment_{column_part(cls)}", f"{model[0]}, as recommended on {cls}",
                          estimate, t.min_alignment,
                          model[1].format(figure=figure(estimate), minimum=f"{t.min_alignment:g}"),
                          more=more_evaluation_prompts(metrics),
                          looked=((metrics.get("evidence") or {}).get("model_alignment_by_device") or {}).get(cls))
           for cls, estimate in sorted(by_device.items())),
     ]
+
+
+def column_part(name: str) -> str:
+    """A class's or an attribute's name as part of a gate column: lower-case, runs of other characters as ``_``."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
 def reviewer_checks(metrics: dict, t: EvaluationGateThresholds) -> list[Check]:
@@ -183,11 +188,15 @@ def reviewer_checks(metrics: dict, t: EvaluationGateThresholds) -> list[Check]:
         return []
     per_attribute = (review.get("by_attribute") or {}).items()
     found = [("", "", review["human_agreement_interval"]),
-             *((f"_{re.sub(r'[^a-z0-9]+', '_', a)}", f" on {a}", v) for a, v in per_attribute)]
-    checks = []
+             *((f"_{column_part(a)}", f" on {a}", v) for a, v in per_attribute)]
+    checks, columns = [], set()
     for suffix, what, estimate in found:
+        column = f"checker_agreement{suffix}"
+        while column in columns:  # two attributes named alike (hand-written labels): each its own column
+            column += "_"
+        columns.add(column)
         shown = figure(estimate)
-        checks.append(Check(f"checker_agreement{suffix}", f"the checker's agreement with reviewers{what}",
+        checks.append(Check(column, f"the checker's agreement with reviewers{what}",
                             estimate["hi"] if estimate.get("hi") is not None else 1.0, t.min_checker_agreement, True,
                             shown, f"reviewers' labels disagree with the checker{what}: it agrees on {shown}, shown "
                             f"below {t.min_checker_agreement:g}, so its verdicts cannot decide promotion; recalibrate "

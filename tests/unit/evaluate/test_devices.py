@@ -24,7 +24,7 @@ from aigc.registry.loader import recommended_for, served_variant
 ELIGIBLE = ["fp32", "bf16", "int8"]
 # Milliseconds per sample: on the CPU int8 (ONNX Runtime) is fastest and bf16 emulated; on the GPU bf16 is.
 COST = {"cpu": {"fp32": 10.0, "bf16": 30.0, "int8": 2.0}, "cuda": {"fp32": 1.0, "bf16": 0.4, "int8": 2.0}}
-GPU = "cuda:nvidia-h100-80gb-hbm3"
+GPU = "nvidia-h100-80gb-hbm3"
 
 
 class Priced(Judge):
@@ -100,7 +100,7 @@ def test_each_device_class_is_recommended_its_fastest_variant_and_auto_serves_it
 def test_a_class_reads_its_own_recommendation_and_a_cpu_any_cpus():
     by_device = {"cpu-2-threads": {"variant": "int8"}, GPU: {"variant": "bf16"}}
     assert recommended_for(by_device, "cpu-16-threads", ELIGIBLE) == "int8"  # another CPU: the CPU's choice
-    assert recommended_for(by_device, "cuda:nvidia-a10", ELIGIBLE) is None  # another GPU model: its own or none
+    assert recommended_for(by_device, "nvidia-a10", ELIGIBLE) is None  # another GPU model: its own or none
     assert recommended_for(by_device, GPU, ["fp32"]) is None
     assert recommended_for({"cpu-evaluation": {"variant": "int8"}}, "cpu-2-threads", ELIGIBLE) == "int8"
 
@@ -120,6 +120,28 @@ def test_a_gpu_class_recommended_another_variant_has_its_own_gate_5_check():
                "generated": 64}
     checks = {c.column: c for c in alignment_checks(metrics, t, ("day", "{figure} < {minimum}"),
                                                      ("model", "{figure} < {minimum}"))}
-    column = "model_alignment_cuda_nvidia_h100_80gb_hbm3"
+    column = "model_alignment_nvidia_h100_80gb_hbm3"
     assert checks["model_alignment"].passed and not checks[column].passed
     assert GPU in checks[column].title and "0.500" in checks[column].failure
+
+
+def test_a_failed_timing_on_the_gpu_worker_says_why_and_the_evaluation_goes_on(monkeypatch):
+    from aigc.evaluate import stage
+    from aigc.stages import EVALUATE
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(stage, "time_on_this_worker", fails)
+    found = EVALUATE.time_here(None, {}, PipelineConfig())
+    assert found["device_class"] is None and "illegal memory access" in found["reason"]
+
+
+def test_a_version_whose_classes_picked_nothing_serves_productions_recommendation():
+    from aigc.generate.run import recommendations
+
+    records = {"v0002": {"version": "v0002", "recommended_by_device": {"cpu-2-threads": None}},
+               "v0001": {"version": "v0001", "recommended_by_device": {"cpu-2-threads": {"variant": "int8"}}}}
+    registry = SimpleNamespace(aliases=lambda: {"aliases": {"production": "v0001"}}, get=records.__getitem__)
+    assert recommendations(registry, records["v0002"]) == {
+        "recommended_by_device": {"cpu-2-threads": {"variant": "int8"}}, "recommended_by": "v0001"}

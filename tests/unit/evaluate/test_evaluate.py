@@ -43,7 +43,7 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, timings: list[dict] | 
 
 # What the GPU queue's task hands the evaluation (``devices.timing_of``) from an H100 worker, and from a worker
 # without CUDA (nothing timed: the evaluation's own CPU grid covers it).
-GPU_TIMINGS = [{"device_class": "cuda:nvidia-h100", "device": "cuda:0", "version": "v0001", "prompts": 8,
+GPU_TIMINGS = [{"device_class": "nvidia-h100", "device": "cuda:0", "version": "v0001", "prompts": 8,
                 "rounds_ms": {"fp32/batch1": [0.9], "fp32/adaptive": [0.1]}},
                {"device_class": None, "reason": "no CUDA device on this worker (cpu)"}]
 
@@ -86,15 +86,15 @@ def test_a_run_is_measured_gated_promoted_and_published_with_its_report(deployed
     assert production["recommended"] == evaluated["recommended"]
     # One recommendation per device class, each from its own timings, kept with the version for ``auto`` to serve.
     cpu_class = aigc.devices.device_class("cpu")
-    assert set(production["recommended_by_device"]) == {cpu_class, "cuda:nvidia-h100"}
-    assert production["recommended_by_device"]["cuda:nvidia-h100"]["policy"] == "adaptive"  # 9x faster there
+    assert set(production["recommended_by_device"]) == {cpu_class, "nvidia-h100"}
+    assert production["recommended_by_device"]["nvidia-h100"]["policy"] == "adaptive"  # 9x faster there
     assert production["recommended_by_device"][cpu_class] == evaluated["recommended"]
-    assert pareto["by_device"]["cuda:nvidia-h100"]["points"][0]["device_class"] == "cuda:nvidia-h100"
+    assert pareto["by_device"]["nvidia-h100"]["points"][0]["device_class"] == "nvidia-h100"
     assert gen_run.recommendations(Registry(deployed_lake, "shapes-cvae"), production)["recommended_by"] == "v0001"
     report = deployed_lake.get_bytes(f"{prefix}/report.html").decode()
     assert report.index("Gate 5 PASSED") < report.index("Summary")  # the verdict comes first
     for part in ("pareto.png", "gallery.png", "loss.png", "Alignment", "Lineage", "95% interval",
-                 "Recommended per device class", "<th>cuda:nvidia-h100</th><td>fp32</td><td>adaptive</td>"):
+                 "Recommended per device class", "<th>nvidia-h100</th><td>fp32</td><td>adaptive</td>"):
         assert part in report
     assert "\\u20" not in report  # dashes and the like as text, not JSON escapes
     # What the GPUs did for training and generation: on this CPU host, why nothing was recorded, never a 0.

@@ -76,10 +76,12 @@ def test_a_queue_goes_out_as_tasks_and_its_labels_come_back_with_every_bad_one_q
                                   annotation(3, "wrong", by=2, shape="wrong")],  # they conflict on the shape
                               4: [annotation(4, {"choices": ["maybe"]})],
                               5: [annotation(5, "right", cancelled=True)]})  # skipped: no label, no error
-    lake.put_bytes("review/inbox/project-7.json", json.dumps([*export, foreign, unknown, escaping]).encode())
+    # Tasks of the wrong shapes (a hand-edited file): quarantined, never a crash of the import.
+    odd = [{"id": 200, "data": ["not", "a", "dict"]}, {"id": 201, "data": first["data"], "annotations": 7}, "a task?"]
+    lake.put_bytes("review/inbox/project-7.json", json.dumps([*export, foreign, unknown, escaping, *odd]).encode())
     found = labelstudio.import_export(lake, MODEL, "review/inbox/project-7.json")
-    assert (found["tasks"], found["labels"], found["cancelled"]) == (9, 3, 1)
-    assert found["quarantined"] == {"conflicting_labels": 1, "malformed_annotation": 1, "unknown_task": 3}
+    assert (found["tasks"], found["labels"], found["cancelled"]) == (12, 3, 1)
+    assert found["quarantined"] == {"conflicting_labels": 1, "malformed_annotation": 2, "unknown_task": 5}
     key = found["labels_uri"].removeprefix(lake.uri.rstrip("/") + "/")
     labels = [json.loads(x) for x in lake.get_bytes(key).splitlines()]
     assert [(x["prompt_id"], x["human_correct"], x["checker_correct"]) for x in labels] == [
@@ -88,11 +90,13 @@ def test_a_queue_goes_out_as_tasks_and_its_labels_come_back_with_every_bad_one_q
     assert [x["human_attributes"] for x in labels] == [{"shape": True}, {"shape": True}, {"colour": False}]
     held = [json.loads(x) for x in lake.get_bytes(found["quarantine_uri"].removeprefix(
         lake.uri.rstrip("/") + "/")).splitlines()]
-    assert [h["task"].get("id") for h in held] == [4, 5, 99, 1, 1] and all(h["detail"] for h in held)
+    assert [h["task"].get("id") if isinstance(h["task"], dict) else h["task"] for h in held] == [
+        4, 5, 99, 1, 1, 200, 201, "a task?"] and all(h["detail"] for h in held)
     assert '"maybe"' in next(h for h in held if h["reason"] == "malformed_annotation")["detail"]
     # What reviewers said reaches the checker's agreement figure: 1 of the 3 labels agrees with it (p0).
     seen = agreement(lake, MODEL)
     assert (seen["labelled"], seen["human_agreement"]) == (3, round(1 / 3, 4))
+    assert seen["refused_labels"] == 0  # the quarantine is not read as labels
     interval = seen["human_agreement_interval"]
     assert interval["n"] == 3 and interval["lo"] < 1 / 3 < interval["hi"]
     # …and per attribute, where a reviewer judged it: shape right twice (the checker agreed once), colour wrong
