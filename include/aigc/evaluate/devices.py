@@ -3,7 +3,8 @@
 Quality is a property of a variant (the grid judges each once, on the evaluation's CPU); cost is a property of a
 variant on a device. Each worker queue times the variants that serve on its device, in the task that runs there:
 the evaluation times them on its CPU (the grid, ``stage.measure_grid``), the GPU queue's task
-(``stage.time_on_this_worker``) on its GPU, and an evaluation that sees a GPU of a class nobody timed times it too. ONNX
+(``stage.time_on_this_worker``) on its GPU, and ``aigc evaluate`` on a GPU host times its GPUs of a class nobody
+timed. ONNX
 and int8dyn variants are timed on a CPU only: a GPU worker would run them on its CPU (``serving_device``), which
 is the CPU queue's business. Every class's times are paired with the one quality and recommended by the same rule
 (``stage.recommend_per_class``); the registry keeps ``recommended_by_device``, and generation with ``auto``
@@ -71,8 +72,7 @@ def timing_of(judge, prompts: list[dict], cfg, device: torch.device) -> dict:
 
 
 def local_gpu_timings(judge, prompts: list[dict], cfg, known: set[str]) -> list[dict]:
-    """This process's GPUs of a class no timing task covered (``aigc evaluate`` on a GPU host; the evaluation task
-    on a one-host deployment), each timed once."""
+    """This process's GPUs of a class no timing task covered (``aigc evaluate`` on a GPU host), each timed once."""
     timings = []
     for index in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
         device = torch.device("cuda", index)

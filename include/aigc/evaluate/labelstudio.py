@@ -25,9 +25,10 @@ import hashlib
 import html
 import json
 import logging
+from collections import Counter
 
+from aigc.evaluate.review import read_labels
 from aigc.evaluate.runs import evaluation_prefix
-from aigc.jsonlines import JsonLimits, Refused, read_json_object
 from aigc.lake import Lake, key_in
 from aigc.lake.base import ObjectNotFound, PreconditionFailed
 from aigc.lake.keys import join
@@ -39,6 +40,8 @@ ATTRIBUTE = "attribute_"
 MAX_EXPORT_BYTES = 64 * 1024 * 1024
 """A Label Studio export larger than this is refused before it is read (a review round is hundreds of tasks)."""
 SOURCE = "label-studio"
+INBOX_RECORD = "_inbox.json"
+"""Beside the labels: each inbox export's version when it was last imported or refused (``import_pending``)."""
 
 
 def inbox(model: str) -> str:
@@ -49,17 +52,31 @@ def inbox(model: str) -> str:
 def import_pending(lake: Lake, model: str) -> dict:
     """Every Label Studio export (``*.json``) in the model's inbox that was not imported yet, imported in name
     order (``import_export``; an export imported before writes nothing); a file that is no export is reported with
-    why and the others still imported. The export files stay: they are the reviewers', not the pipeline's."""
+    why and the others still imported. The export files stay: they are the reviewers', not the pipeline's, and
+    accumulate, so the version of each one imported or refused is recorded (``_inbox.json``) and an unchanged one
+    is not read again (a lost record only costs a re-read: the import is idempotent)."""
+    record_key = join("evaluations", model, "labels", INBOX_RECORD)
+    done = lake.get_json(record_key) if lake.exists(record_key) else {}
+    listing = [(k, v) for k, _size, v in lake.list_versions(inbox(model)) if k.endswith(".json")]
     found: dict[str, dict] = {}
-    for key in sorted(k for k in lake.list(inbox(model)) if k.endswith(".json")):
+    for key, version in listing:
+        if done.get(key) == version:
+            continue
         try:
             found[lake.url(key)] = import_export(lake, model, key)
+        except BadExport as e:  # the same bytes are refused the same way: recorded, not read again
+            found[lake.url(key)] = {"refused": str(e)}
         except Exception as e:  # noqa: BLE001 - one reviewer's bad file must not stop the evaluation that imports
             found[lake.url(key)] = {"refused": f"{type(e).__name__}: {e}"}
             log.warning("Label Studio export %s not imported: %s", lake.url(key), e)
+            continue  # perhaps transient: tried again next time
+        done[key] = version
+    if found:
+        lake.put_json(record_key, done)
     new = [x for x in found.values() if x.get("already_imported") is False]
-    return {"exports": len(found), "imported": len(new), "labels": sum(x["labels"] for x in new),
-            "refused": sum("refused" in x for x in found.values()), "by_export": found}
+    return {"exports": len(listing), "unchanged": len(listing) - len(found), "imported": len(new),
+            "labels": sum(x["labels"] for x in new), "refused": sum("refused" in x for x in found.values()),
+            "by_export": found}
 
 
 def queue_key(model: str, date: str, run_id: str) -> str:
@@ -147,21 +164,6 @@ def _verdicts(annotation) -> dict[str, bool] | str:
     return found
 
 
-def labelled_already(lake: Lake, model: str) -> set[tuple[str, str]]:
-    """(run, prompt) of every label the model's labels files hold (a plain JSONL one included)."""
-    seen = set()
-    for key in lake.list(join("evaluations", model, "labels")):
-        if key.endswith(".jsonl") and "/_quarantine/" not in key:
-            for raw in lake.iter_lines(key, max_line_bytes=64 * 1024):
-                try:
-                    item = read_json_object(raw, JsonLimits(max_line_bytes=64 * 1024))
-                except Refused:
-                    continue
-                if item.get("human_correct") is not None:
-                    seen.add((str(item.get("run_id")), str(item.get("prompt_id"))))
-    return seen
-
-
 def import_export(lake: Lake, model: str, key: str) -> dict:
     """A Label Studio JSON export at ``key`` (in the lake) read into the model's labels; see the module's doc."""
     size = lake.size(key)
@@ -181,11 +183,12 @@ def import_export(lake: Lake, model: str, key: str) -> dict:
     digest = hashlib.sha256(data).hexdigest()[:16]
     labels = join("evaluations", model, "labels", f"{SOURCE}-{digest}.jsonl")
     held = join("evaluations", model, "labels", "_quarantine", f"{SOURCE}-{digest}.jsonl")
-    if lake.exists(labels) or lake.exists(held):  # this export, imported before: its files say what it gave
-        return {"tasks": len(tasks), "already_imported": True,
-                "labels_uri": lake.url(labels) if lake.exists(labels) else None,
-                "quarantine_uri": lake.url(held) if lake.exists(held) else None}
-    seen, queues = labelled_already(lake, model), {}
+    written = {k: lake.url(k) if lake.exists(k) else None for k in (labels, held)}
+    if any(written.values()):  # this export, imported before: its files say what it gave
+        return {"tasks": len(tasks), "already_imported": True, "labels_uri": written[labels],
+                "quarantine_uri": written[held]}
+    seen = {(str(x.get("run_id")), str(x.get("prompt_id"))) for x in read_labels(lake, model)[0]}
+    queues: dict[tuple[str, str], dict | None] = {}
     accepted, quarantined, cancelled = [], [], 0
 
     def refuse(n: int, task, reason: str, detail: str) -> None:
@@ -233,7 +236,7 @@ def import_export(lake: Lake, model: str, key: str) -> dict:
             refuse(n, task, "duplicate_label", f"prompt {ids[3]!r} of run {run[1]} was labelled by an earlier import")
         else:
             seen.add((run[1], ids[3]))
-            annotators = sorted({str(a.get("completed_by")) for a in task["annotations"]
+            annotators = sorted({str(a.get("completed_by")) for a in annotations
                                  if isinstance(a, dict) and not a.get("was_cancelled")})
             accepted.append({"run_id": run[1], "date": run[0], "prompt_id": ids[3], "prompt": queued.get("prompt"),
                              "checker_correct": queued.get("checker_correct"),
@@ -249,10 +252,7 @@ def import_export(lake: Lake, model: str, key: str) -> dict:
             # An import beside this one may have written the same export's files first: the same content.
             with contextlib.suppress(PreconditionFailed):
                 lake.put_if_absent(where, "".join(json.dumps(x) + "\n" for x in lines).encode())
-    reasons: dict[str, int] = {}
-    for q in quarantined:
-        reasons[q["reason"]] = reasons.get(q["reason"], 0) + 1
     return {"tasks": len(tasks), "already_imported": False, "labels": len(accepted), "cancelled": cancelled,
-            "quarantined": reasons,
+            "quarantined": dict(Counter(q["reason"] for q in quarantined)),
             "labels_uri": lake.url(labels) if accepted else None,
             "quarantine_uri": lake.url(held) if quarantined else None}

@@ -21,10 +21,10 @@ LABEL_LIMITS = JsonLimits(max_line_bytes=64 * 1024, max_json_depth=8, max_json_v
 REFUSED_SHOWN = 20
 
 
-def agreement(lake: Lake, model: str, confidence: float = 0.95) -> dict:
-    """Checker-vs-human agreement over every labelled item, with the count it rests on. A line that is not a label
-    (malformed, oversized, not an object) is left out and listed with its reason, never a failed evaluation."""
-    labelled, refused = [], []
+def read_labels(lake: Lake, model: str) -> tuple[list[dict], list[dict]]:
+    """(every label of the model's labels files: a line with a human verdict; every line that is not a label:
+    malformed, oversized, not an object, with its reason). The quarantine of an import is not read."""
+    labels, refused = [], []
     for key in lake.list(join("evaluations", model, "labels")):
         if key.endswith(".jsonl") and "/_quarantine/" not in key:  # what an import refused is not a label
             for n, raw in enumerate(lake.iter_lines(key, max_line_bytes=LABEL_LIMITS.max_line_bytes), start=1):
@@ -35,8 +35,16 @@ def agreement(lake: Lake, model: str, confidence: float = 0.95) -> dict:
                 except Refused as e:
                     refused.append({"file": lake.url(key), "line": n, "reason": e.reason, "detail": e.detail})
                     continue
-                if item.get("human_correct") is not None and item.get("checker_correct") is not None:
-                    labelled.append(item)
+                if item.get("human_correct") is not None:
+                    labels.append(item)
+    return labels, refused
+
+
+def agreement(lake: Lake, model: str, confidence: float = 0.95) -> dict:
+    """Checker-vs-human agreement over every labelled item, with the count it rests on. A line that is not a label
+    (malformed, oversized, not an object) is left out and listed with its reason, never a failed evaluation."""
+    labels, refused = read_labels(lake, model)
+    labelled = [x for x in labels if x.get("checker_correct") is not None]
     agree = sum(bool(x["human_correct"]) == bool(x["checker_correct"]) for x in labelled)
     by_attribute: dict[str, list[bool]] = {}
     for x in labelled:

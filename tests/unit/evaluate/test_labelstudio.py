@@ -141,6 +141,10 @@ def test_the_cli_exports_and_imports_and_refuses_an_export_outside_the_lake(lake
     assert (pending["exports"], pending["imported"], pending["labels"], pending["refused"]) == (2, 1, 1, 1)
     assert main(["review", "import", *common]) == 0  # again: nothing new
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["imported"] == 0
+    # …and neither export is read again: both are unchanged since (their versions are recorded).
+    assert main(["review", "import", *common]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (again["exports"], again["unchanged"], again["by_export"]) == (2, 2, {})
     assert lake.exists(f"review/{MODEL}/inbox/a.json")  # the reviewers' file stays
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text("[]")
