@@ -469,6 +469,32 @@ def demo_front_md(results: Path | None = None, workload: str = "hf-diffusion") -
     return "\n".join(md)
 
 
+def review_loop_md(results: Path | None = None) -> str:
+    """Two nights with and without reviewers' labels, active against random selection (bench/review_loop.py)."""
+    d = _load("review_loop.json", results or DEFAULT)
+    if not d:
+        return "`review_loop.json`: not run (`python -m bench.review_loop`)."
+    names = {"labels_active_vs_none": "labels of the active queue − no labels",
+             "labels_random_vs_none": "labels of a random queue − no labels",
+             "active_vs_random": "active queue − random queue"}
+    md = [f"Night 1 ({d['nights'][0]}) queued {d['review_items']} outputs for review each way; simulated reviewers "
+          f"erring at {d['error_rate']:.0%} labelled them; night 2 ({d['nights'][1]}) trained each candidate from "
+          f"the same production on the same window with the same seeds (labels up-weighted ×{d['upweight']}), and "
+          f"each answered the same {d['eval_prompts']} evaluation prompts. {d['note'].capitalize()}. "
+          f"{provenance_of(d)}.", "",
+          "| night 2 candidate | labels used | prompts judged wrong | samples they reached | training samples | "
+          "alignment |", "|---|---|---|---|---|---|"]
+    for arm, r in d["arms"].items():
+        used = r.get("review_labels") or {}
+        md.append(f"| {arm} | {used.get('labels', 0)} | {used.get('prompts_wrong', '')} | "
+                  f"{used.get('samples_matched', '')} | {used.get('training_samples_before', '')}"
+                  + (f" → {used['training_samples_after']}" if used else "") + f" | {r['alignment']:.3f} |")
+    md += ["", "| paired difference in alignment | [95 % CI] | verdict |", "|---|---|---|"]
+    for name, c in d["compared"].items():
+        md.append(f"| {names.get(name, name)} | {c['value']:+.4f} [{c['lo']:+.4f}, {c['hi']:+.4f}] | {c['verdict']} |")
+    return "\n".join(md)
+
+
 def make_test_md(results: Path | None = None) -> str:
     """What ``make test`` took on a fresh clone (bench/make_test_time.py)."""
     d = _load("make_test.json", results or DEFAULT)
@@ -491,6 +517,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "demo-dates": lambda: demo_dates_md(),
     "make-test": lambda: make_test_md(),
     "demo-front": lambda: demo_front_md(),
+    "review-loop": lambda: review_loop_md(),
 }
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end of generated -->)", re.S)
 

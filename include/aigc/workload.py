@@ -164,6 +164,9 @@ class Workload(ABC):
     index_columns: ClassVar[tuple[str, ...]] = ()
     """Curated columns (besides ``id``) every rank reads into the training window's index; keep them small
     (captions, lengths), not the payload: payload is read by ``TrainingTask.batch``, shard by shard."""
+    prompt_column: ClassVar[str | None] = None
+    """The index column that holds a sample's prompt (a caption), if one does: what a reviewer's label on an output
+    traces back to in the next training window (``TrainConfig.review_feedback``, ``aigc.train.feedback``)."""
     loss_parts: ClassVar[tuple[str, ...]] = ()
     """Names of the ``Loss.parts`` logged per step in ``metrics.parquet``."""
     loss_title: ClassVar[str] = "training loss"

@@ -94,6 +94,16 @@ def run_config(hold: bool = True):
     return context, cfg, lake, partition_date(context)
 
 
+@task(execution_timeout=task_timeout("import_labels"))
+def import_labels() -> dict:
+    """Every new Label Studio export in the model's review inbox, imported (``aigc review import``'s path). It writes
+    only labels files and their quarantine (named by the export's hash: idempotent), no date's partition: no lease."""
+    from aigc.evaluate.labelstudio import import_pending
+
+    _context, cfg, lake, _date = run_config(hold=False)
+    return {"model": cfg.model.name, **import_pending(lake, cfg.model.name)}
+
+
 def announced(context, summary: dict) -> dict:
     """``summary``, after writing what it published into this task's asset events."""
     from aigc_airflow.runtime import annotate_outlets

@@ -31,7 +31,7 @@ def downstream(dag) -> dict[str, set[str]]:
 
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dags) == {"aigc_pipeline", *STAGE_DAGS}
+    assert set(dagbag.dags) == {"aigc_pipeline", "aigc_review", *STAGE_DAGS}
 
 
 def test_every_task_has_an_owner_retries_and_a_timeout_within_the_date_lease(dagbag):
@@ -89,6 +89,13 @@ def test_the_prompt_files_asset_is_watched_by_the_lake_trigger(dagbag):
     assert classpath == "aigc_airflow.triggers.PromptFileTrigger"
     # the deployment's (here: the built-in ones), not a dataset
     assert set(kwargs["workloads"]) == {"image", "text", "hf-causal-lm", "hf-diffusion"}
+
+
+def test_the_review_dag_imports_reviewers_exports_every_quarter_hour_one_run_at_a_time(dagbag):
+    review = dagbag.dags["aigc_review"]
+    assert review.timetable.expression == "*/15 * * * *" and review.max_active_runs == 1
+    assert [t.task_id for t in review.tasks] == ["import_labels"]
+    assert set(review.params) == {"preset", "workload", "settings"}  # which model's inbox; nothing else to set
 
 
 @pytest.mark.parametrize("dag_id", ["aigc_pipeline", *STAGE_DAGS])

@@ -232,6 +232,30 @@ def test_a_prompt_file_dropped_in_the_lake_becomes_production_content_without_tr
     assert claim["sha256"] and claim["acknowledged_by"] == f"aigc_generate/{run['dag_run_id']}"
 
 
+def test_a_label_studio_export_dropped_in_the_review_inbox_becomes_labels_by_the_review_dag(local_stack, api_run,
+                                                                                             day):
+    """aigc_review (every 15 minutes, here triggered through the REST API) imports what reviewers dropped: the
+    date's published evaluation's review queue goes out as Label Studio tasks, comes back labelled, and becomes
+    that model's labels."""
+    from aigc.evaluate import labelstudio
+
+    assert local_stack.wait_for_runs([api_run], timeout=1200)[api_run] == "success"
+    lake = open_lake(local_stack.lake_uri)
+    evaluation = resolve(lake, partition("evaluations", MODEL, day))["run_id"]
+    out = labelstudio.export_queue(lake, MODEL, day, evaluation)
+    tasks = lake.get_json(out["tasks_uri"].removeprefix(lake.uri.rstrip("/") + "/"))
+    export = [{"id": n, "data": t["data"], "annotations": [{"id": n, "was_cancelled": False, "completed_by": 1,
+               "result": [{"from_name": "verdict", "to_name": "output", "type": "choices",
+                           "value": {"choices": ["right"]}}]}]} for n, t in enumerate(tasks)]
+    lake.put_bytes(f"{labelstudio.inbox(MODEL)}/round-{evaluation}.json", json.dumps(export).encode())
+    run = local_stack.trigger({}, logical_date=None, dag_id="aigc_review")
+    assert local_stack.wait_for_runs([run], timeout=300, dag_id="aigc_review")[run] == "success"
+    labels = [k for k in lake.list(f"evaluations/{MODEL}/labels") if "/label-studio-" in k and "_quarantine" not in k]
+    assert len(labels) == 1 and len(lake.get_bytes(labels[0]).splitlines()) == len(tasks) > 0
+    assert f"{labelstudio.inbox(MODEL)}/round-{evaluation}.json" in lake.get_json(
+        f"evaluations/{MODEL}/labels/_inbox.json")
+
+
 def _triggered_by(stack, run: dict, asset: str) -> bool:
     events = stack.api("GET", f"/api/v2/dags/{run['dag_id']}/dagRuns/{quote(run['dag_run_id'])}/upstreamAssetEvents")
     return any(e["name"] == asset for e in events["asset_events"])

@@ -236,6 +236,7 @@ def test_the_pages_show_what_the_pipeline_published(deployed_lake, airflow_auth)
     recommended = catalog.published("evaluations", DATE)["summary"]["recommended_by_device"]
     assert list(recommended) == [device_class("cpu")] and f"<th>recommended on {device_class('cpu')}</th>" in day
     assert "<th>review labels</th><td>none yet</td>" in day
+    assert "<th>labels in its training</th><td>none (train.review_feedback off" in day
     images = re.findall(r'<img src="([^"]+)"', day)
     assert [i.rsplit("/", 1)[1] for i in images] == ["loss.png", "gallery.png"]
     for src in images:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from aigc.config._checks import _check_range
 
+REVIEW_SELECTIONS = ("uncertain", "random")
+
 
 @dataclass(frozen=True)
 class EvaluateConfig:
@@ -36,7 +38,10 @@ class EvaluateConfig:
     timing round (this host's noise is ±30 %, in bursts); of those no other beats, the smallest on
     disk is recommended."""
     review_items: int = 32
-    """The least certain outputs exported for human review."""
+    """The outputs exported for human review."""
+    review_selection: str = "uncertain"
+    """Which: uncertain (the ones the judge is least sure of: active learning) or random (as many drawn at random,
+    seeded by the run: the baseline ``bench/review_loop.py`` measures the active choice against)."""
     seed: int = 0
     """Seeds of the evaluation set's images: another seed draws other images of the same prompts."""
 
@@ -49,6 +54,9 @@ class EvaluateConfig:
         _check_range(self, "latency_rounds", 1, 100)
         _check_range(self, "latency_tolerance", 0.0, 10.0)
         _check_range(self, "review_items", 0, 1_000_000)
+        if self.review_selection not in REVIEW_SELECTIONS:
+            raise ValueError(f"EvaluateConfig.review_selection must be one of {REVIEW_SELECTIONS}, got "
+                             f"{self.review_selection!r}")
         unknown = set(self.policy_list) - {"batch1", "adaptive"}
         if unknown or not self.policy_list:
             raise ValueError(
@@ -90,6 +98,11 @@ class EvaluationGateThresholds:
     and per attribute reviewers judged: gate 5 fails when the interval's upper end is below it (the checker is then
     shown to be wrong too often for its verdicts to decide promotion; recalibrate it or check the labels). Few
     labels leave the interval wide and pass; no labels, no check. 0 turns it off."""
+
+    calibrate_alignment: bool = True
+    """Where reviewers labelled randomly drawn outputs (``evaluate.review_selection=random``), also hold the
+    recommended configuration's alignment corrected by the checker's measured sensitivity and specificity to
+    min_alignment (Rogan–Gladen, ``aigc.evaluate.review.calibrated``): a failure only when shown below it."""
 
     def __post_init__(self) -> None:
         _check_range(self, "min_alignment", 0.0, 1.0)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aigc.config.evaluation import REVIEW_SELECTIONS
+from aigc.config.training import REVIEW_FEEDBACK
 from aigc.config.variant_names import AUTO, VARIANTS
 
 STAGES = ("prepare", "train", "deploy", "generate", "evaluate")
@@ -86,6 +88,10 @@ FORM: tuple[FormField, ...] = (
                           "when there is none, or it does not fit). scratch: freshly initialised weights."),
     FormField("precision", "Training precision", "train", "string", ("train", "precision"), TRAINING,
               enum=("auto", "fp32", "bf16", "fp16"), description="auto: bf16 on a GPU that has it, else fp32."),
+    FormField("review_feedback", "Reviewers' labels in training", "train", "string", ("train", "review_feedback"),
+              TRAINING, enum=REVIEW_FEEDBACK,
+              description="What labels of earlier evaluations do to the window: upweight the samples of prompts "
+                          "reviewers judged wrong (train.review_upweight times), drop them, or off."),
     FormField("max_final_val_loss", "Gate 2: maximum final validation loss", "train", "number",
               ("train_gate", "max_final_val_loss"), GATES, minimum=0),
     FormField("model_ref", "Model (alias)", "generate", "string", ("generate", "model_ref"), SERVING,
@@ -114,6 +120,10 @@ FORM: tuple[FormField, ...] = (
               GATES, minimum=1, maximum=1_000_000,
               description="Prompts every configuration generates for the Pareto grid and the regression check "
                           "(648: every attribute combination once); more narrows the intervals."),
+    FormField("review_selection", "Review queue", "evaluate", "string", ("evaluate", "review_selection"), GATES,
+              enum=REVIEW_SELECTIONS,
+              description="uncertain: the outputs the judge is least sure of (active learning); random: as many "
+                          "drawn at random (the baseline bench/review_loop.py measures it against)."),
     FormField("min_alignment", "Gate 5: minimum alignment", "evaluate", "number", ("evaluate_gate", "min_alignment"),
               GATES, minimum=0, maximum=1,
               description="All-attributes-correct fraction; fails only when significantly below."),

@@ -20,6 +20,7 @@ class ModelConfig:
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
 INIT_FROM = ("production", "scratch")
+REVIEW_FEEDBACK = ("off", "upweight", "drop")
 SPLITS = ("balanced", "length_grouped", "shuffled", "round_robin", "contiguous")
 
 
@@ -70,6 +71,12 @@ class TrainConfig:
     """Where the weights start (``aigc.train.warm_start``): production (the registry's production version, when
     there is one and it fits the workload's model and the window's vocabulary: each night's candidate is
     production trained on the newest window) or scratch (freshly initialised weights every run)."""
+    review_feedback: str = "off"
+    """What reviewers' labels do to this run's window (``aigc.train.feedback``): off, upweight (the samples of
+    prompts judged wrong are seen review_upweight times per epoch) or drop (they leave the training split). Needs a
+    workload whose samples carry their prompt (``Workload.prompt_column``: the image workloads' captions)."""
+    review_upweight: int = 4
+    """How many times per epoch review_feedback=upweight shows a sample of a prompt judged wrong."""
     seed: int = 0
     nproc: int = 0
     """Processes per node (torchrun --nproc-per-node); 0: one per visible GPU, or 2 on a host without GPUs."""
@@ -93,8 +100,9 @@ class TrainConfig:
         _check_range(self, "weight_decay", 0.0, 10.0)
         _check_range(self, "clip_grad_norm", 0.0, 1e6)
         _check_range(self, "clip_local_grad_norm", 0.0, 1e6)
+        _check_range(self, "review_upweight", 1, 1000)
         for name, allowed in (("precision", PRECISIONS), ("grad_compression", GRAD_COMPRESSIONS), ("split", SPLITS),
-                              ("init_from", INIT_FROM)):
+                              ("init_from", INIT_FROM), ("review_feedback", REVIEW_FEEDBACK)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"TrainConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         _check_range(self, "val_fraction", 0.0, 0.5)

@@ -244,7 +244,8 @@ def import_export(lake: Lake, model: str, key: str) -> dict:
                              "checker_attributes": queued.get("checker_attributes") or {},
                              "human_attributes": {k.removeprefix(ATTRIBUTE): v.pop() for k, v in sorted(said.items())
                                                   if k != VERDICT},
-                             "source": SOURCE, "annotators": annotators, "export": lake.url(key),
+                             "selection": queued.get("selection"), "source": SOURCE, "annotators": annotators,
+                             "export": lake.url(key),
                              "task_id": task.get("id")})
     # The quarantine first: a crash between the two writes leaves no labels file, so a retry imports it all again.
     for where, lines in ((held, quarantined), (labels, accepted)):

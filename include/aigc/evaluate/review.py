@@ -40,11 +40,85 @@ def read_labels(lake: Lake, model: str) -> tuple[list[dict], list[dict]]:
     return labels, refused
 
 
+def used_in_training(record: dict) -> dict | None:
+    """What reviewers' labels did to the training of a version (its record's lineage, ``aigc.train.feedback``), in
+    brief; None where its training used none."""
+    used = (record.get("lineage") or {}).get("review_labels")
+    if not used:
+        return None
+    return {**{k: used.get(k) for k in ("setting", "factor", "labels", "prompts_wrong", "samples_matched",
+                                        "training_samples_before", "training_samples_after")},
+            "review_runs": len(used.get("review_runs") or [])}
+
+
+def training_labels_text(used: dict | None) -> str:
+    """``used_in_training``'s brief as a sentence (the report and the view)."""
+    if not used:
+        return "none (train.review_feedback off, or no labels before its date)"
+    did = {"upweight": f"their {used['samples_matched']} samples seen ×{used['factor']}",
+           "drop": f"their {used['samples_matched']} samples left out"}.get(used["setting"], used["setting"])
+    return (f"{used['labels']} label(s) from {used['review_runs']} review run(s): {used['prompts_wrong']} prompt(s) "
+            f"judged wrong, {did} (training samples {used['training_samples_before']} → "
+            f"{used['training_samples_after']})")
+
+
+def checker_rates(labels: list[dict], confidence: float = 0.95) -> dict:
+    """The checker's sensitivity (it says right where reviewers say right) and specificity (wrong where they say
+    wrong), each with its interval, from labels of randomly drawn outputs only (``selection: random``): a queue of
+    the least certain outputs holds the checker's mistakes far more often than the day's outputs do, so its labels
+    would misstate both rates."""
+    drawn = [x for x in labels if x.get("selection") == "random" and x.get("checker_correct") is not None]
+    right = [bool(x["checker_correct"]) for x in drawn if x["human_correct"]]
+    wrong = [not x["checker_correct"] for x in drawn if not x["human_correct"]]
+    rates = {"labels": len(drawn), "human_right": len(right), "human_wrong": len(wrong)}
+    if not right or not wrong:
+        return {**rates, "reason": "needs labels of randomly drawn outputs that reviewers judged right and others "
+                                   "they judged wrong (evaluate.review_selection=random)"}
+    return {**rates, "sensitivity": wilson(sum(right), len(right), confidence).to_dict(),
+            "specificity": wilson(sum(wrong), len(wrong), confidence).to_dict()}
+
+
+def calibrated(estimate: dict | None, rates: dict) -> dict | None:
+    """The checker's alignment ``estimate`` corrected for its measured mistakes (Rogan and Gladen's estimator:
+    (p + specificity − 1) / (sensitivity + specificity − 1), clipped to [0, 1]). The interval is the widest the
+    corners of the three intervals give, so it holds the rates' uncertainty as well as the sample's; where some
+    corner leaves the checker no better than a coin (sensitivity + specificity ≤ 1) the interval is [0, 1]. None
+    without both rates."""
+    if not estimate or estimate.get("value") is None or "sensitivity" not in rates:
+        return None
+    se, sp = rates["sensitivity"], rates["specificity"]
+
+    def fix(p: float, sens: float, spec: float) -> float | None:
+        youden = sens + spec - 1
+        return None if youden <= 0 else min(1.0, max(0.0, (p + spec - 1) / youden))
+
+    lows = [fix(estimate["lo"], a, b) for a in (se["lo"], se["hi"]) for b in (sp["lo"], sp["hi"])]
+    highs = [fix(estimate["hi"], a, b) for a in (se["lo"], se["hi"]) for b in (sp["lo"], sp["hi"])]
+    value = fix(estimate["value"], se["value"], sp["value"])
+    informative = value is not None and None not in lows + highs
+    return {"value": round(value, 4) if value is not None else None,
+            "lo": round(min(lows), 4) if informative else 0.0, "hi": round(max(highs), 4) if informative else 1.0,
+            "n": estimate.get("n"), "confidence": estimate.get("confidence"), "labels": rates["labels"]}
+
+
+def calibration_text(rates: dict | None, fixed: dict | None) -> str:
+    """The checker's measured rates and the alignment they correct, as a sentence (the report)."""
+    if not rates or "sensitivity" not in rates:
+        return f"not measured: {(rates or {}).get('reason', 'no labels')}"
+    se, sp = rates["sensitivity"], rates["specificity"]
+    corrected = (f"; the recommended configuration's alignment corrected by them {fixed['value']:.3f} "
+                 f"[{fixed['lo']:.3f}, {fixed['hi']:.3f}]" if fixed and fixed.get("value") is not None else "")
+    return (f"from {rates['labels']} randomly drawn labelled outputs, sensitivity {se['value']:.3f} "
+            f"[{se['lo']:.3f}, {se['hi']:.3f}], specificity {sp['value']:.3f} [{sp['lo']:.3f}, {sp['hi']:.3f}]"
+            + corrected)
+
+
 def agreement(lake: Lake, model: str, confidence: float = 0.95) -> dict:
     """Checker-vs-human agreement over every labelled item, with the count it rests on. A line that is not a label
     (malformed, oversized, not an object) is left out and listed with its reason, never a failed evaluation."""
     labels, refused = read_labels(lake, model)
     labelled = [x for x in labels if x.get("checker_correct") is not None]
+    rates = checker_rates(labels, confidence)
     agree = sum(bool(x["human_correct"]) == bool(x["checker_correct"]) for x in labelled)
     by_attribute: dict[str, list[bool]] = {}
     for x in labelled:
@@ -56,4 +130,4 @@ def agreement(lake: Lake, model: str, confidence: float = 0.95) -> dict:
             "human_agreement_interval": wilson(agree, len(labelled), confidence).to_dict() if labelled else None,
             "by_attribute": {a: {"labelled": len(v), **wilson(sum(v), len(v), confidence).to_dict()}
                              for a, v in sorted(by_attribute.items())},
-            "refused_labels": len(refused), "refused_examples": refused[:REFUSED_SHOWN]}
+            "checker_rates": rates, "refused_labels": len(refused), "refused_examples": refused[:REFUSED_SHOWN]}

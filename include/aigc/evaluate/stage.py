@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -142,15 +143,30 @@ class Judge(ABC):
         """(the workload's own metrics, their intervals): checker accuracy, FID, perplexity, recall …"""
         return {}, {}
 
-    def review(self, generated: list[dict], content: Judged, n: int) -> list[dict]:
-        """The ``n`` queue lines a reviewer should see first: by default the outputs judged wrong first."""
-        order = sorted(range(len(generated)), key=lambda i: (content.verdicts[i], generated[i]["prompt_id"]))[:n]
+    def review(self, generated: list[dict], content: Judged, n: int, among: list[int] | None = None) -> list[dict]:
+        """The ``n`` queue lines a reviewer should see first, of the outputs ``among`` (indices into ``generated``;
+        None: all of them): by default the outputs judged wrong first."""
+        order = sorted(among_or_all(generated, among),
+                       key=lambda i: (content.verdicts[i], generated[i]["prompt_id"]))[:n]
         return [{"run_id": self.ev.run_id, "prompt_id": generated[i]["prompt_id"], "prompt": generated[i]["prompt"],
                  "checker_correct": content.verdicts[i], "human_correct": None} for i in order]
 
     def summary(self, metrics: dict) -> dict:
         """What the stage's summary adds for this workload (the CLI's JSON line, the task's return value)."""
         return {}
+
+
+def among_or_all(generated: list, among: list[int] | None) -> list[int]:
+    return list(range(len(generated))) if among is None else list(among)
+
+
+def review_pool(n_generated: int, n: int, selection: str, seed: int, run_id: str) -> list[int] | None:
+    """The outputs a review queue is drawn from (``EvaluateConfig.review_selection``): all of them, the judge
+    choosing the least certain (``uncertain``), or ``n`` drawn at random, seeded by the run (``random``: the
+    baseline active selection is measured against, ``bench/review_loop.py``)."""
+    if selection == "uncertain" or n >= n_generated:
+        return None
+    return sorted(random.Random(f"{seed}/{run_id}").sample(range(n_generated), n))
 
 
 def measure_grid(judge: Judge, prompts: list[dict], cfg) -> tuple[list[dict], dict[str, list[bool]],
@@ -360,7 +376,7 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload, timings: lis
     evaluation run; every figure a decision reads comes with its interval and the sample it rests on. ``timings``:
     the variants timed on other device classes (``time_on_this_worker``, the GPU queue's task), each then
     recommended for (``recommended_by_device``), as is a GPU this process sees that none of them timed."""
-    from aigc.evaluate.review import agreement
+    from aigc.evaluate.review import agreement, calibrated, used_in_training
     from aigc.plots import pareto_chart
 
     e = cfg.evaluate
@@ -426,9 +442,16 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload, timings: lis
                                                 "rule": rule, "eval_prompts": len(prompts),
                                                 "device_class": device_class("cpu"), "by_device": by_device})
     lake.put_bytes(join(prefix, "pareto.png"), pareto_chart(points, front, chosen))
-    queue = judge.review(generated, content, e.review_items)
+    # Each line says how it was chosen: only randomly drawn ones measure the checker's rates (review.checker_rates).
+    queue = [{**line, "selection": e.review_selection} for line in judge.review(
+        generated, content, e.review_items, review_pool(len(generated), e.review_items, e.review_selection, e.seed,
+                                                        run_id))]
     lake.put_bytes(join(prefix, "review", "queue.jsonl"), "".join(json.dumps(x) + "\n" for x in queue).encode())
-    metrics["review"] = {"queued": len(queue), **agreement(lake, ev.model, e.confidence)}
+    metrics["review"] = {"queued": len(queue), "selection": e.review_selection,
+                         "used_in_training": used_in_training(ev.record), **agreement(lake, ev.model, e.confidence)}
+    # The recommended configuration's alignment as the checker reads it, corrected by its measured mistakes.
+    metrics["intervals"]["model_alignment_calibrated"] = calibrated(metrics["intervals"]["model_alignment"],
+                                                                    metrics["review"]["checker_rates"])
     metrics["seconds"] = round(time.perf_counter() - ev.started, 2)
     lake.put_json(join(prefix, "metrics.json"), metrics)
     workload.write_report(lake, prefix, metrics, points, front, ev.record, generation)

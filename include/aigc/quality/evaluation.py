@@ -158,7 +158,7 @@ def alignment_checks(metrics: dict, t: EvaluationGateThresholds, content: tuple[
     minimum as the CPU's does."""
     day, model_figure = content_alignment(metrics), metrics["intervals"].get("model_alignment")
     by_device = metrics["intervals"].get("model_alignment_by_device") or {}
-    return [*reviewer_checks(metrics, t),
+    return [*reviewer_checks(metrics, t), *calibrated_checks(metrics, t, model),
         evidence_check("content_alignment", content[0], day, t.min_alignment,
                        content[1].format(figure=figure(day), minimum=f"{t.min_alignment:g}"),
                        more=more_day_answers(metrics), looked=looks(metrics, "content_alignment")),
@@ -203,6 +203,25 @@ def reviewer_checks(metrics: dict, t: EvaluationGateThresholds) -> list[Check]:
                             f"the checker or check the labels ({how_to_set('evaluate_gate', 'min_checker_agreement')} "
                             f"sets the bar, 0 turns it off)"))
     return checks
+
+
+def calibrated_checks(metrics: dict, t: EvaluationGateThresholds, model: tuple[str, str]) -> list[Check]:
+    """Where reviewers labelled randomly drawn outputs, the recommended configuration's alignment corrected by the
+    checker's measured sensitivity and specificity (``aigc.evaluate.review.calibrated``) against the minimum: failed
+    only when its interval is shown below it (the correction's interval holds the rates' uncertainty too, so a few
+    labels pass), never a silent change of the checker's own figure, which keeps its check."""
+    estimate = metrics["intervals"].get("model_alignment_calibrated")
+    if not t.calibrate_alignment or not estimate or estimate.get("value") is None:
+        return []
+    shown = figure(estimate)
+    rates = (metrics.get("review") or {}).get("checker_rates") or {}
+    said = ", ".join(f"{r} {figure(rates[r])}" for r in ("sensitivity", "specificity") if rates.get(r))
+    return [Check("model_alignment_calibrated", f"{model[0]}, corrected by reviewers' labels", estimate["hi"],
+                  t.min_alignment, True, shown,
+                  f"corrected by the checker's mistakes that reviewers found in {estimate['labels']} randomly drawn "
+                  f"outputs ({said}), the alignment is {shown}, shown below the minimum {t.min_alignment:g}: the "
+                  f"checker overrates this model ({how_to_set('evaluate_gate', 'calibrate_alignment')} turns the "
+                  f"correction off)")]
 
 
 def looks(metrics: dict, check: str) -> dict | None:

@@ -102,7 +102,7 @@ def code_version() -> str:
 def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, workload, cfg: PipelineConfig,
                 rows: list[dict], index, run_id: str, date: dt.date, world: int, precision: str,
                 resumed_from: int | None, initial_val: float, flagged_steps: int, seconds: float,
-                start: dict | None = None) -> dict:
+                start: dict | None = None, review_labels: dict | None = None) -> dict:
     """Weights, model card, metrics and the summary (last). Returns the summary."""
     # One metadata entry: safetensors writes a map's entries in no fixed order, so two would make the same weights
     # hash differently from one save to the next (and registration is idempotent by that hash).
@@ -114,7 +114,8 @@ def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, worklo
     speeds = sorted(r["samples_per_s"] for r in trained)
     start = start or {"version": None, "weights_sha256": None, "reason": "", "val_loss": None}
     lineage = {"dataset": cfg.prepare.dataset, "curated": index.partitions, "training_run": run_id,
-               "start": start, "code_version": code_version(), "host": os.uname().nodename}
+               "start": start, "code_version": code_version(), "host": os.uname().nodename,
+               "review_labels": review_labels}
     extra = task.files()
     for name, data in sorted(extra.items()):
         if "/" in name or name.startswith(".") or name in (WEIGHTS, MODEL_CARD, SUMMARY):
@@ -139,6 +140,7 @@ def write_final(lake: Lake, prefix: str, *, model: torch.nn.Module, task, worklo
         "measured_imbalance": measured_imbalance(busy_matrix([r["step"] for r in trained],
                                                              [r["rank_busy_s"] for r in trained], world)),
         "flagged_steps": flagged_steps, "samples": len(index), "partitions": len(index.partitions),
+        "review_labels": review_labels,
         "median_samples_per_s": speeds[len(speeds) // 2] if speeds else None,
         **task.stats(), "parameters": card["parameters"],
         "weights_sha256": card["weights_sha256"], "seconds": round(seconds, 2),

@@ -23,6 +23,7 @@ from aigc.config import PipelineConfig
 from aigc.lake import Lake
 from aigc.lake.keys import parse_date
 from aigc.train import distributed as D
+from aigc.train import feedback
 from aigc.train.artifacts import metric_row, training_run_prefix, write_final, write_metrics
 from aigc.train.balance import imbalance, plan_for, step_imbalance
 from aigc.train.checkpoint import check_resumable, load_latest, save_checkpoint
@@ -66,7 +67,7 @@ def resume_key(cfg: PipelineConfig, date: dt.date, workload: Workload) -> dict:
             "model": cfg.model.__dict__, **workload.settings(cfg),
             **{k: getattr(t, k) for k in ("window_days", "steps", "batch_size", "grad_accum", "lr", "min_lr_ratio",
                                            "warmup_steps", "weight_decay", "seed", "val_fraction", "val_max", "split",
-                                           "init_from")}}
+                                           "init_from", "review_feedback", "review_upweight")}}
 
 
 def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str, ctx: D.Dist,
@@ -96,6 +97,9 @@ class RankRun:
         self.index = load_window(lake, cfg.prepare.dataset, date, t.window_days, workload.index_columns,
                                  lambda columns: workload.sample_costs(columns, cfg))
         self.train_idx, val_idx = self.index.split(t.val_fraction, t.val_max)
+        # A retry keeps what its checkpoint started from (a promotion since changes nothing); a new run looks now.
+        self.found = load_latest(lake, self.prefix)
+        self.labels, self.feedback = self.reviewed(val_idx)
         self.task = workload.training_task(lake, self.index, cfg)
         self.micro = t.micro_batch(ctx.world)
         self.per_step = self.micro * t.grad_accum  # samples per rank per optimizer step
@@ -110,8 +114,6 @@ class RankRun:
                      workload.name, len(self.index.partitions), len(self.index), len(self.train_idx), len(val_idx),
                      ctx.world, self.micro, t.grad_accum, self.steps_per_epoch, self.precision)
 
-        # A retry keeps what its checkpoint started from (a promotion since changes nothing); a new run looks now.
-        self.found = load_latest(lake, self.prefix)
         pinned = (self.found[1].get("start") or {"version": None}) if self.found else None
         self.start: Start = choose_start(lake, cfg.model.name, t.init_from, self.task, pinned)
         torch.manual_seed(t.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
@@ -129,6 +131,34 @@ class RankRun:
         self.ddp = self.health = None
         self.flagged_steps = 0
         self.epoch, self.epoch_plan, self.batches, self.batches_iter = -1, None, None, None
+
+    def reviewed(self, val_idx: np.ndarray) -> tuple[list[dict] | None, dict | None]:
+        """Reviewers' labels applied to the training split (``aigc.train.feedback``): (the labels used, what they
+        did), or (None, None) with ``review_feedback=off``. A resumed run uses its checkpoint's labels."""
+        t, workload = self.cfg.train, self.workload
+        if t.review_feedback == "off":
+            return None, None
+        column = workload.prompt_column
+        if column not in self.index.columns:
+            raise ValueError(f"TrainConfig.review_feedback={t.review_feedback!r} traces labels to the samples of "
+                             f"their prompts, and workload {workload.name!r} names no prompt column among its index "
+                             f"columns (Workload.prompt_column={column!r}): set review_feedback=off")
+        pinned = self.found[1].get("review_labels") if self.found else None
+        labels = pinned if pinned is not None else feedback.labels_for(self.lake, self.cfg.model.name, self.date)
+        self.train_idx, record = feedback.apply(labels, t.review_feedback, t.review_upweight,
+                                                self.index.columns[column], self.train_idx)
+        # Every rank must train on the same split: an import landing while they started would part them.
+        seen = D.gather_floats(self.ctx, float(int(record["labels_sha256"][:12], 16)))
+        if len(set(seen)) > 1:
+            raise RuntimeError(f"training run {self.run_id}: the ranks read different review labels (an import "
+                               "landed while they started); a retry reads them again")
+        if self.ctx.is_main:
+            log.info("review labels (%s): %d label(s) from %d review run(s); %d prompt(s) judged wrong, %d "
+                     "training sample(s) of them; %d training samples → %d (validation %d, untouched)",
+                     t.review_feedback, record["labels"], len(record["review_runs"]), record["prompts_wrong"],
+                     record["samples_matched"], record["training_samples_before"],
+                     record["training_samples_after"], len(val_idx))
+        return labels, {**record, "resumed_with_checkpoint_labels": pinned is not None}
 
     def resume(self) -> None:
         """Continue from the run's last checkpoint (the same key, the same data), or seed a fresh start."""
@@ -190,7 +220,7 @@ class RankRun:
                 "step": self.step, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                 "scheduler": self.sched.state_dict(), "scaler": self.scaler.state_dict(), "rng": rng,
                 "resume_key": self.key, "data_state": self.task.data_state, "metrics": self.rows,
-                "start": self.start_record,
+                "start": self.start_record, "review_labels": self.labels,
                 "config": self.cfg.to_dict()})
             write_metrics(self.lake, self.prefix, self.rows, self.workload.loss_parts, self.workload.loss_title)
             faults.point("train.checkpoint", self.step)
@@ -324,5 +354,5 @@ class RankRun:
                            cfg=self.cfg, rows=self.rows, index=self.index, run_id=self.run_id, date=self.date,
                            world=self.ctx.world, precision=self.precision, resumed_from=self.resumed_from,
                            initial_val=self.rows[0]["val_loss"], flagged_steps=self.flagged_steps,
-                           start=self.start_record,
+                           start=self.start_record, review_labels=self.feedback,
                            seconds=time.perf_counter() - self.started)

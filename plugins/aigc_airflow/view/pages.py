@@ -7,6 +7,7 @@ to ``/aigc/lake/<key>`` (files.py), so a page never embeds lake bytes itself.
 from __future__ import annotations
 
 from aigc.catalog import DEPLOY_GATE, STAGES, gate_5_verdict
+from aigc.evaluate.review import training_labels_text
 from aigc.telemetry import figures_shown
 from aigc_airflow.view.markup import Html, Urls, badge, bullet_list, concat, esc, key_value, link, table, tag
 
@@ -125,7 +126,8 @@ def _metrics(run: dict, urls: Urls) -> Html:
                       # What ``auto`` serves on each device class the variants were timed on.
                       **{f"recommended on {cls}": _recommended(rec)
                          for cls, rec in sorted((m.get("recommended_by_device") or {}).items())},
-                      "review labels": _labels(m.get("review"))})
+                      "review labels": _labels(m.get("review")),
+                      "labels in its training": training_labels_text((m.get("review") or {}).get("used_in_training"))})
 
 
 def _labels(review: dict | None) -> str:

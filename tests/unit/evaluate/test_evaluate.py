@@ -174,10 +174,15 @@ def test_review_labels_feed_back_into_agreement(deployed_lake):
     assert interval["n"] == 6 and interval["lo"] < 4 / 6 < interval["hi"]
     # No reviewer judged attributes here (a hand-copied line): none compared, though the queue names the checker's.
     assert review == {"queued": 6, "labelled": 6, "human_agreement": round(4 / 6, 4), "refused_labels": 0,
-                      "refused_examples": [], "by_attribute": {}}
+                      "refused_examples": [], "by_attribute": {}, "selection": "uncertain",
+                      "used_in_training": None,  # this version trained before any label
+                      "checker_rates": {"labels": 0, "human_right": 0, "human_wrong": 0,  # none drawn at random
+                                        "reason": review["checker_rates"]["reason"]}}
     assert all(set(q["checker_attributes"]) == {"colour", "shape", "size", "position"} for q in queue)
     report = deployed_lake.get_bytes(metrics_key.replace("metrics.json", "report.html")).decode()
     assert f"checker–human agreement {round(4 / 6, 3):.3f} (95% interval" in report
+    assert "Labels in this version's training: none (train.review_feedback off" in report
+    assert "The checker's mistakes: not measured: needs labels of randomly drawn outputs" in report
 
 
 def test_regression_is_measured_like_for_like_and_decides_promotion(deployed_lake):

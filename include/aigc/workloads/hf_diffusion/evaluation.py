@@ -169,13 +169,13 @@ class DiffusionJudge(ImageJudge):
         figures["unscored"] = {k: f"{SCORERS[k][1]}: not configured (set {SCORERS[k][0]})" for k in unscored}
         return figures, intervals
 
-    def review(self, generated, content, n):
+    def review(self, generated, content, n, among=None):
         if self.by == "checker":
-            return super().review(generated, content, n)
+            return super().review(generated, content, n, among)
         readings = content.detail["clip"]
         rows = [{"margin": m, "read": None, "all_correct": v} for m, v in zip(readings.margins, readings.verdicts,
                                                                              strict=True)]
-        return review_lines(self.lake, self.ev.prefix, generated, rows, n, self.ev.run_id)
+        return review_lines(self.lake, self.ev.prefix, generated, rows, n, self.ev.run_id, among)
 
     def summary(self, metrics):
         own = super().summary(metrics) if self.by == "checker" else {"alignment": metrics["alignment"]["all"]}

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from aigc.evaluate.stage import Judge, Judged
 from aigc.safety import blocked_term
 from aigc.workloads.hf_lm.perplexity import document_nll, paired_perplexity
-from aigc.workloads.text.evaluation import decoder_answers, distinct_2, held_out_documents, memorised
+from aigc.workloads.text.evaluation import decoder_answers, distinct_2, held_out_documents, least_sure_lines, memorised
 
 
 def repeated_ngrams(text: str, n: int = 4) -> float:
@@ -96,13 +96,9 @@ class HFJudge(Judge):
                                  f"most {self.settings.max_repetition:g} of word 4-grams repeated), no blocked term"}, \
             {"perplexity_vs_base": paired["ratio"].to_dict()}
 
-    def review(self, generated, content, n):
-        """The continuations the model was least sure of (mean log-probability of its own tokens) first."""
-        certainty = sorted(((self._mean_logprob(r["prompt"], r["text"]), r, v)
-                            for r, v in zip(generated, content.verdicts, strict=True)), key=lambda x: x[0])[:n]
-        return [{"run_id": self.ev.run_id, "prompt_id": r["prompt_id"], "prompt_tail": r["prompt"][-200:],
-                 "text": r["text"], "mean_logprob": round(lp, 4), "checker_correct": v, "human_correct": None}
-                for lp, r, v in certainty]
+    def review(self, generated, content, n, among=None):
+        return least_sure_lines(self.ev.run_id, generated, content.verdicts, n, among,
+                                lambda r: self._mean_logprob(r["prompt"], r["text"]))
 
     @torch.no_grad()
     def _mean_logprob(self, prompt: str, output: str) -> float:

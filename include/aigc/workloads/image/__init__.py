@@ -16,6 +16,7 @@ class ImageWorkload(Workload):
     name = "image"
     description = "shapes captions → images: a conditional VAE, judged by a pixel checker"
     index_columns = ("caption", "width", "height")
+    prompt_column = "caption"
     loss_parts = ("recon", "kl")
     loss_title = "training: negative ELBO per pixel"
     stages = frozenset({"prepare", "train", "deploy", "generate", "evaluate"})

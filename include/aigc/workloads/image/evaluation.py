@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image
 
 from aigc.config import PipelineConfig
-from aigc.evaluate.stage import Judge, Judged
+from aigc.evaluate.stage import Judge, Judged, among_or_all
 from aigc.evaluate.stats import clopper_pearson
 from aigc.lake import Lake
 from aigc.lake.keys import join
@@ -47,10 +47,11 @@ def real_images(lake: Lake, dataset: str, date: str, n: int) -> tuple[list[np.nd
 
 
 def review_lines(lake: Lake, prefix: str, generated: list[dict], readings: list[dict], n: int,
-                 run_id: str) -> list[dict]:
-    """The ``n`` least certain outputs (lowest checker margin), each with its image written under
-    ``review/images/`` and the checker's reading, for reviewers to label (``aigc.evaluate.review``)."""
-    ranked = sorted(range(len(generated)), key=lambda i: (readings[i]["margin"], generated[i]["prompt_id"]))[:n]
+                 run_id: str, among: list[int] | None = None) -> list[dict]:
+    """The ``n`` least certain outputs (lowest checker margin) of those ``among`` (all: None), each with its image
+    written under ``review/images/`` and the checker's reading, for reviewers to label (``aigc.evaluate.review``)."""
+    ranked = sorted(among_or_all(generated, among),
+                    key=lambda i: (readings[i]["margin"], generated[i]["prompt_id"]))[:n]
     lines = []
     for i in ranked:
         row, reading = generated[i], readings[i]
@@ -122,8 +123,8 @@ class ImageJudge(Judge):
                                              checker["scored"], e.confidence).to_dict(),
              "fid": fid.to_dict()}
 
-    def review(self, generated, content, n):
-        return review_lines(self.lake, self.ev.prefix, generated, content.detail["rows"], n, self.ev.run_id)
+    def review(self, generated, content, n, among=None):
+        return review_lines(self.lake, self.ev.prefix, generated, content.detail["rows"], n, self.ev.run_id, among)
 
     def summary(self, metrics):
         return {"alignment": metrics["alignment"]["all"], "checker_accuracy": metrics["checker_accuracy"]["all"],

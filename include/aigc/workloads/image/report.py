@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 
+from aigc.evaluate.review import calibration_text, training_labels_text
 from aigc.lake import Lake
 from aigc.lake.keys import join
 from aigc.quality.evaluation import by_device_html, figure, gpu_html
@@ -155,8 +156,12 @@ fails only when its whole interval is on the wrong side of the threshold.</p>
 {by_device_html(metrics)}
 {gpu_html(metrics)}
 <h2>Training loss</h2><img src="loss.png" alt="loss curve">
-<h2>Human review</h2><p>{metrics['review']['queued']} least certain outputs in <code>review/queue.jsonl</code>;
-labelled so far: {metrics['review']['labelled']}, checker–human agreement {_agreement(metrics['review'])}.</p>
+<h2>Human review</h2><p>{metrics['review']['queued']} outputs ({html.escape(metrics['review'].get('selection') or
+'uncertain')}) in <code>review/queue.jsonl</code>; labelled so far: {metrics['review']['labelled']},
+checker–human agreement {_agreement(metrics['review'])}. Labels in this version's training: {html.escape(
+    training_labels_text(metrics['review'].get('used_in_training')))}. The checker's mistakes: {html.escape(
+    calibration_text(metrics['review'].get('checker_rates'), metrics['intervals'].get('model_alignment_calibrated')))}.
+</p>
 <h2>Gate details</h2><pre>{html.escape(json.dumps(gate.get('failures', []), indent=2, ensure_ascii=False))}</pre>
 <p>{html.escape(gate.get('result_uri', ''))}</p>
 <h2>Lineage</h2><pre>{html.escape(json.dumps(record.get('lineage', {}), indent=2, ensure_ascii=False))}</pre>

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aigc.evaluate.stage import Judge, Judged
+from aigc.evaluate.stage import Judge, Judged, among_or_all
 from aigc.evaluate.stats import bootstrap, wilson
 from aigc.lake.keys import join
 from aigc.safety import blocked_term
@@ -204,16 +204,22 @@ class TextJudge(Judge):
                                  "of the grammar, items numbered on, recalled facts right"}, \
             {"perplexity": ppl.to_dict() if ppl else None}
 
-    def review(self, generated, content, n):
-        """The continuations the model was least sure of (mean log-probability of its own tokens) first."""
-        certainty = sorted(((mean_logprob(self.fp32, r["prompt"], r["text"]), r, v)
-                            for r, v in zip(generated, content.verdicts, strict=True)), key=lambda x: x[0])[:n]
-        return [{"run_id": self.ev.run_id, "prompt_id": r["prompt_id"], "prompt_tail": r["prompt"][-200:],
-                 "text": r["text"], "mean_logprob": round(lp, 4), "checker_correct": v, "human_correct": None}
-                for lp, r, v in certainty]
+    def review(self, generated, content, n, among=None):
+        return least_sure_lines(self.ev.run_id, generated, content.verdicts, n, among,
+                                lambda r: mean_logprob(self.fp32, r["prompt"], r["text"]))
 
     def summary(self, metrics):
         return {"perplexity": metrics["perplexity"], "recall": {d: r["value"] for d, r in metrics["recall"].items()}}
+
+
+def least_sure_lines(run_id: str, generated: list[dict], verdicts: list[bool], n: int, among: list[int] | None,
+                     logprob) -> list[dict]:
+    """The ``n`` continuations of those ``among`` the model was least sure of (``logprob``: the mean
+    log-probability of its own tokens) first, as review queue lines."""
+    certainty = sorted(((logprob(generated[i]), generated[i], verdicts[i]) for i in among_or_all(generated, among)),
+                       key=lambda x: x[0])[:n]
+    return [{"run_id": run_id, "prompt_id": r["prompt_id"], "prompt_tail": r["prompt"][-200:], "text": r["text"],
+             "mean_logprob": round(lp, 4), "checker_correct": v, "human_correct": None} for lp, r, v in certainty]
 
 
 REPORT_FIGURES = ("perplexity", "base_perplexity", "perplexity_vs_base", "distinct_2", "repetition", "memorised",
