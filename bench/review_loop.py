@@ -2,7 +2,7 @@
 image demo, three ways.
 
     python -m bench.review_loop [--date 2026-11-01] [--error-rate 0.1] [--review-items 64] [--upweight 8]
-                                [--eval-prompts 512] [--lake DIR]
+                                [--eval-prompts 512] [--steps N] [--lake DIR]
 
 Night 1 runs the demo's chain (``aigc make-raw``, ``prepare``, ``train``, ``deploy``, ``generate --demo-prompts``,
 ``evaluate``, all ``--preset demo``) with ``--review-items`` outputs queued for review the active way (the least
@@ -11,10 +11,12 @@ drawn at random (``review_selection=random``). Each queue goes out as Label Stud
 is labelled by simulated reviewers and comes back as Label Studio's JSON export through the inbox (``aigc review
 import``), as a real round would.
 
-The simulated reviewer knows the reference world's ground truth: an output is right when the world's reader (the
-checker, which reads the world's own renderings at ≥ 99 %: ``checker_accuracy`` in every report) finds every
-attribute of its prompt, and the reviewer says so, each verdict and attribute flipped with probability
-``--error-rate`` (seeded).
+The simulated reviewer's truth is the reference world's reader: the checker's verdict on the output and on each
+attribute (the queue line's ``checker_correct`` and ``checker_attributes``; it reads the world's own renderings at
+≥ 99 %, ``checker_accuracy`` in every report, but on generated images, and on the least certain ones most, it is a
+stand-in for the truth, not the truth), each flipped with probability ``--error-rate`` (seeded). So these labels
+cannot show the checker wrong, and the comparison of the active and the random queue measures which outputs' labels
+help the next model, not which find the checker's mistakes.
 
 Night 2 then trains three candidates from the same production, on the same window, with the same seeds: none (no
 labels: ``train.review_feedback=off``), active (the uncertain queue's labels) and random (the random queue's), the
@@ -22,7 +24,7 @@ last two with ``review_feedback=upweight``. Each is deployed and answers the sam
 prompts and seeds (stage 5's own set); the checker judges each answer. The result is the paired difference in
 alignment (active − none, random − none, active − random) with its 95 % interval, which says whether the labels or
 the selection made a significant difference (the interval excludes 0) or none detectable at this size, and what
-each training run's manifest recorded of the labels (``review_labels``). About 12 minutes on 2 cores; written to
+each training run's manifest recorded of the labels (``review_labels``). Written to
 ``bench/results/review_loop.json``.
 """
 
@@ -104,6 +106,8 @@ def main() -> None:
     ap.add_argument("--review-items", type=int, default=64, help="outputs queued for review on night 1")
     ap.add_argument("--upweight", type=int, default=8, help="train.review_upweight of the labelled nights")
     ap.add_argument("--eval-prompts", type=int, default=512, help="evaluation prompts each candidate answers")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="training steps of both nights (default: the demo's); fewer leave a model labels can help")
     ap.add_argument("--lake", default=None, help="a folder for the lakes (default: a temporary one)")
     args = ap.parse_args()
     from aigc.evaluate.stats import paired_difference
@@ -112,8 +116,9 @@ def main() -> None:
     root = Path(args.lake or tempfile.mkdtemp(prefix="aigc-review-loop-"))
     night1, night2 = args.date, (dt.date.fromisoformat(args.date) + dt.timedelta(days=1)).isoformat()
     lakes = {arm: str(root / arm) for arm in ARMS}
+    train = [*TRAIN, *(["--steps", str(args.steps)] if args.steps else [])]
     queue = ["--review-items", str(args.review_items)]
-    for command in (["make-raw"], ["prepare"], TRAIN, ["deploy"], ["generate", "--demo-prompts"]):
+    for command in (["make-raw"], ["prepare"], train, ["deploy"], ["generate", "--demo-prompts"]):
         step(command, lakes["active"], night1)
     _, active_eval = step(["evaluate", *queue], lakes["active"], night1)
     print(f"night 1: {active_eval.get('version')} evaluated ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -128,7 +133,7 @@ def main() -> None:
     for arm in ARMS:
         feedback = ["--review-feedback", "off"] if arm == "none" else [
             "--review-feedback", "upweight", "--review-upweight", str(args.upweight)]
-        for command in (["make-raw"], ["prepare"], [*TRAIN, *feedback]):
+        for command in (["make-raw"], ["prepare"], [*train, *feedback]):
             _, out = step(command, lakes[arm], night2)
         trained = out
         _, deployed = step(["deploy"], lakes[arm], night2)
@@ -149,6 +154,7 @@ def main() -> None:
                 "active_vs_random": versus("active", "random")}
     result = {"bench": "review_loop", "nights": [night1, night2], "error_rate": args.error_rate,
               "review_items": args.review_items, "upweight": args.upweight, "eval_prompts": args.eval_prompts,
+              "steps": args.steps or "the demo's",
               "label_rounds": rounds, "compared": compared,
               "arms": {a: {k: v for k, v in r.items() if k != "verdicts"} for a, r in arms.items()},
               "note": "one training seed: the interval is over the evaluation prompts, not over training runs",

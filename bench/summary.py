@@ -474,11 +474,13 @@ def review_loop_md(results: Path | None = None) -> str:
     d = _load("review_loop.json", results or DEFAULT)
     if not d:
         return "`review_loop.json`: not run (`python -m bench.review_loop`)."
+    steps = f"{d['steps']} steps" if isinstance(d.get("steps"), int) else "the demo's steps"
     names = {"labels_active_vs_none": "labels of the active queue − no labels",
              "labels_random_vs_none": "labels of a random queue − no labels",
              "active_vs_random": "active queue − random queue"}
     md = [f"Night 1 ({d['nights'][0]}) queued {d['review_items']} outputs for review each way; simulated reviewers "
-          f"erring at {d['error_rate']:.0%} labelled them; night 2 ({d['nights'][1]}) trained each candidate from "
+          f"erring at {d['error_rate']:.0%} labelled them; both nights trained {steps}; night 2 ({d['nights'][1]}) "
+          f"trained each candidate from "
           f"the same production on the same window with the same seeds (labels up-weighted ×{d['upweight']}), and "
           f"each answered the same {d['eval_prompts']} evaluation prompts. {d['note'].capitalize()}. "
           f"{provenance_of(d)}.", "",

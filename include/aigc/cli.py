@@ -377,9 +377,18 @@ def _add_config_flags(p: argparse.ArgumentParser, section: str, cfg_cls, only: t
     for f in dataclasses.fields(cfg_cls):
         if only and f.name not in only or f.name in skip:
             continue
-        kind = {"int": int, "float": float}.get(str(f.type).split()[0], str)  # annotations are strings here
+        kind = {"int": int, "float": float, "bool": _boolean}.get(str(f.type).split()[0], str)  # annotations: strings
         group.add_argument(f"--{f.name.replace('_', '-')}", dest=f"{section}__{f.name}", type=kind, default=None,
                            metavar=f.name.upper())
+
+
+def _boolean(text: str) -> bool:
+    """A switch's value on the command line: true or false (yes/no, 1/0, on/off)."""
+    value = {"true": True, "yes": True, "1": True, "on": True, "false": False, "no": False, "0": False,
+             "off": False}.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+    return value
 
 
 def _add_workload_flag(p: argparse.ArgumentParser) -> None:

@@ -109,3 +109,6 @@ class EvaluationGateThresholds:
         _check_range(self, "expected_alignment", 0.0, 1.0)
         _check_range(self, "max_regression", 0.0, 1.0)
         _check_range(self, "min_checker_agreement", 0.0, 1.0)
+        if not isinstance(self.calibrate_alignment, bool):
+            raise ValueError(f"EvaluationGateThresholds.calibrate_alignment must be true or false, got "
+                             f"{self.calibrate_alignment!r}")

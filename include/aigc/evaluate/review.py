@@ -10,6 +10,8 @@ right for its prompt?). Every later evaluation reads all labels files and report
 
 from __future__ import annotations
 
+import json
+
 from aigc.evaluate.stats import wilson
 from aigc.jsonlines import JsonLimits, Refused, read_json_object
 from aigc.lake import Lake
@@ -35,8 +37,12 @@ def read_labels(lake: Lake, model: str) -> tuple[list[dict], list[dict]]:
                 except Refused as e:
                     refused.append({"file": lake.url(key), "line": n, "reason": e.reason, "detail": e.detail})
                     continue
-                if item.get("human_correct") is not None:
+                verdict = item.get("human_correct")
+                if isinstance(verdict, bool):
                     labels.append(item)
+                elif verdict is not None:  # "false" would read as right: not a verdict at all
+                    refused.append({"file": lake.url(key), "line": n, "reason": "not_a_verdict",
+                                    "detail": f"human_correct is {json.dumps(verdict)[:80]}, not true or false"})
     return labels, refused
 
 
@@ -64,9 +70,10 @@ def training_labels_text(used: dict | None) -> str:
 
 def checker_rates(labels: list[dict], confidence: float = 0.95) -> dict:
     """The checker's sensitivity (it says right where reviewers say right) and specificity (wrong where they say
-    wrong), each with its interval, from labels of randomly drawn outputs only (``selection: random``): a queue of
-    the least certain outputs holds the checker's mistakes far more often than the day's outputs do, so its labels
-    would misstate both rates."""
+    wrong), from labels of randomly drawn outputs only (``selection: random``): a queue of the least certain outputs
+    holds the checker's mistakes far more often than the day's outputs do, so its labels would misstate both rates.
+    Each rate's interval is at the Bonferroni level 1 − (1 − ``confidence``)/2, so the two hold together at
+    ``confidence``."""
     drawn = [x for x in labels if x.get("selection") == "random" and x.get("checker_correct") is not None]
     right = [bool(x["checker_correct"]) for x in drawn if x["human_correct"]]
     wrong = [not x["checker_correct"] for x in drawn if not x["human_correct"]]
@@ -74,16 +81,18 @@ def checker_rates(labels: list[dict], confidence: float = 0.95) -> dict:
     if not right or not wrong:
         return {**rates, "reason": "needs labels of randomly drawn outputs that reviewers judged right and others "
                                    "they judged wrong (evaluate.review_selection=random)"}
-    return {**rates, "sensitivity": wilson(sum(right), len(right), confidence).to_dict(),
-            "specificity": wilson(sum(wrong), len(wrong), confidence).to_dict()}
+    each = 1 - (1 - confidence) / 2
+    return {**rates, "sensitivity": wilson(sum(right), len(right), each).to_dict(),
+            "specificity": wilson(sum(wrong), len(wrong), each).to_dict()}
 
 
 def calibrated(estimate: dict | None, rates: dict) -> dict | None:
     """The checker's alignment ``estimate`` corrected for its measured mistakes (Rogan and Gladen's estimator:
     (p + specificity − 1) / (sensitivity + specificity − 1), clipped to [0, 1]). The interval is the widest the
-    corners of the three intervals give, so it holds the rates' uncertainty as well as the sample's; where some
-    corner leaves the checker no better than a coin (sensitivity + specificity ≤ 1) the interval is [0, 1]. None
-    without both rates."""
+    corners of the three intervals give (the correction is monotone in each), so it holds the rates' uncertainty as
+    well as the sample's: by the union bound it covers with at least 1 − 2 (1 − confidence) when ``estimate``'s and
+    the rates' joint intervals are each at ``confidence``. Where some corner leaves the checker no better than a
+    coin (sensitivity + specificity ≤ 1) the interval is [0, 1]. None without both rates."""
     if not estimate or estimate.get("value") is None or "sensitivity" not in rates:
         return None
     se, sp = rates["sensitivity"], rates["specificity"]

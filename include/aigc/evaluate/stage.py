@@ -442,8 +442,9 @@ def evaluate(lake, generation: dict, cfg, *, run_id: str, workload, timings: lis
                                                 "rule": rule, "eval_prompts": len(prompts),
                                                 "device_class": device_class("cpu"), "by_device": by_device})
     lake.put_bytes(join(prefix, "pareto.png"), pareto_chart(points, front, chosen))
-    # Each line says how it was chosen: only randomly drawn ones measure the checker's rates (review.checker_rates).
-    queue = [{**line, "selection": e.review_selection} for line in judge.review(
+    # Each line says how it was chosen (only randomly drawn ones measure the checker's rates: review.checker_rates)
+    # and its evaluation's date (only labels of earlier evaluations reach a training window: train/feedback.py).
+    queue = [{**line, "date": ev.date, "selection": e.review_selection} for line in judge.review(
         generated, content, e.review_items, review_pool(len(generated), e.review_items, e.review_selection, e.seed,
                                                         run_id))]
     lake.put_bytes(join(prefix, "review", "queue.jsonl"), "".join(json.dumps(x) + "\n" for x in queue).encode())

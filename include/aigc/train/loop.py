@@ -67,7 +67,10 @@ def resume_key(cfg: PipelineConfig, date: dt.date, workload: Workload) -> dict:
             "model": cfg.model.__dict__, **workload.settings(cfg),
             **{k: getattr(t, k) for k in ("window_days", "steps", "batch_size", "grad_accum", "lr", "min_lr_ratio",
                                            "warmup_steps", "weight_decay", "seed", "val_fraction", "val_max", "split",
-                                           "init_from", "review_feedback", "review_upweight")}}
+                                           "init_from")},
+            # Only where labels change the window: a checkpoint written before the setting existed still resumes.
+            **({"review_feedback": t.review_feedback, "review_upweight": t.review_upweight}
+               if t.review_feedback != "off" else {})}
 
 
 def train_rank(lake: Lake, date: str | dt.date, cfg: PipelineConfig, run_id: str, ctx: D.Dist,
@@ -144,9 +147,11 @@ class RankRun:
                              f"their prompts, and workload {workload.name!r} names no prompt column among its index "
                              f"columns (Workload.prompt_column={column!r}): set review_feedback=off")
         pinned = self.found[1].get("review_labels") if self.found else None
-        labels = pinned if pinned is not None else feedback.labels_for(self.lake, self.cfg.model.name, self.date)
+        labels, undated = (pinned, None) if pinned is not None else feedback.labels_for(
+            self.lake, self.cfg.model.name, self.date)
         self.train_idx, record = feedback.apply(labels, t.review_feedback, t.review_upweight,
                                                 self.index.columns[column], self.train_idx)
+        record["undated_left_out"] = undated
         # Every rank must train on the same split: an import landing while they started would part them.
         seen = D.gather_floats(self.ctx, float(int(record["labels_sha256"][:12], 16)))
         if len(set(seen)) > 1:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from aigc.config import EvaluateConfig
+from aigc.config import EvaluateConfig, EvaluationGateThresholds
 from aigc.evaluate.review import agreement, calibrated, calibration_text, checker_rates
 from aigc.evaluate.stage import review_pool
 from aigc.lake import LocalLake
@@ -87,3 +87,12 @@ def test_gate_5_fails_a_model_the_checker_overrates_once_the_labels_show_it_and_
     assert "evaluate_gate.calibrate_alignment" in check.failure and "specificity 0.300" in check.failure
     assert gate({**low, "hi": 0.95})["model_alignment_calibrated"].passed  # wide: not shown below, passes
     assert "model_alignment_calibrated" not in gate(low, on=False) and "model_alignment_calibrated" not in gate(None)
+    # The switch the failure names, as a user gives it on the command line (a string "false" is not true).
+    from aigc.cli import build_parser
+
+    args = build_parser().parse_args(["evaluate", "--date", "2026-11-20", "--calibrate-alignment", "false"])
+    assert args.evaluate_gate__calibrate_alignment is False
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["evaluate", "--date", "2026-11-20", "--calibrate-alignment", "maybe"])
+    with pytest.raises(ValueError, match="calibrate_alignment must be true or false"):
+        EvaluationGateThresholds(calibrate_alignment="false")

@@ -38,16 +38,17 @@ def test_a_prompt_judged_wrong_reaches_its_samples_and_the_latest_label_of_a_pro
     labels = [label("a red circle", False, date="2026-11-18", pid="p1"),
               label("A BLUE square", False, date="2026-11-18", pid="p2"),
               label("a blue square", True, date="2026-11-19", pid="p3"),  # reviewed again later: right now
-              label("a yellow moon", False, pid="p4")]  # no sample of it in the window
+              label("a yellow moon", False, pid="p4"),  # no sample of it in the window
+              label("a green star", True, pid="p5"), label("a green star", False, pid="p6")]  # two seeds, one wrong
     up, record = feedback.apply(labels, "upweight", 3, prompts, train_idx)
-    assert sorted(up.tolist()) == [0, 0, 0, 1, 2, 2, 2, 3, 4]  # the red circles, twice more each
-    assert record.items() >= {"labels": 4, "prompts_labelled": 3, "prompts_wrong": 2, "prompts_wrong_in_window": 1,
-                              "samples_matched": 2, "training_samples_before": 5, "training_samples_after": 9,
+    assert up.tolist() == [0, 0, 0, 1, 2, 2, 2, 3, 3, 3, 4]  # red circles and green stars, each copy beside it
+    assert record.items() >= {"labels": 6, "prompts_labelled": 4, "prompts_wrong": 3, "prompts_wrong_in_window": 2,
+                              "samples_matched": 3, "training_samples_before": 5, "training_samples_after": 11,
                               "factor": 3}.items()
     assert record["review_runs"] == [{"date": "2026-11-18", "run_id": "20261119T000000000000Z-eval01", "labels": 2},
-                                     {"date": "2026-11-19", "run_id": "20261119T000000000000Z-eval01", "labels": 2}]
+                                     {"date": "2026-11-19", "run_id": "20261119T000000000000Z-eval01", "labels": 4}]
     dropped, record = feedback.apply(labels, "drop", 3, prompts, train_idx)
-    assert dropped.tolist() == [1, 3, 4] and record["training_samples_after"] == 3 and record["factor"] is None
+    assert dropped.tolist() == [1, 4] and record["training_samples_after"] == 2 and record["factor"] is None
     with pytest.raises(ValueError, match="review_feedback must be one of"):
         feedback.apply(labels, "sometimes", 3, prompts, train_idx)
 
@@ -56,12 +57,14 @@ def test_only_labels_of_evaluations_before_the_run_count_and_bad_lines_are_no_la
     lake = LocalLake(tmp_path / "lake")
     write_labels(lake, "alice", [label("a red circle", False, date="2026-11-19"),
                                  label("a red circle", True, date="2026-11-20", pid="p9"),  # that night's: not yet
-                                 {**label("a blue square", False), "date": None},  # hand-copied, undated: counts
+                                 {**label("a blue square", False), "date": None},  # no evaluation date: left out
+                                 {**label("a blue square", False), "date": "2026-11-9"},  # not a date: left out
                                  {**label("", False), "pid": "p5"},  # no prompt to trace: no label here
+                                 {**label("a green star", "false"), "prompt_id": "p7"},  # not a verdict: refused
                                  {**label("a red circle", None), "prompt_id": "p6"}])  # not labelled yet
     lake.put_bytes(f"evaluations/{MODEL}/labels/bob.jsonl", b"{not json\n")
-    used = feedback.labels_for(lake, MODEL, dt.date.fromisoformat(DATE))
-    assert [(x["prompt"], x["date"]) for x in used] == [("a blue square", None), ("a red circle", "2026-11-19")]
+    used, undated = feedback.labels_for(lake, MODEL, dt.date.fromisoformat(DATE))
+    assert [(x["prompt"], x["date"]) for x in used] == [("a red circle", "2026-11-19")] and undated == 2
 
 
 def train(lake, cfg, run_id="20261120T000000000000Z-label1"):
@@ -83,6 +86,7 @@ def test_a_training_run_upweights_the_samples_of_prompts_reviewers_rejected_and_
     assert matched > 0 and used["samples_matched"] == matched and used["labels"] == 2
     assert used["training_samples_after"] == len(train_idx) + 4 * matched
     assert used["sources"] == {"label-studio": 1, "jsonl": 1} and used["resumed_with_checkpoint_labels"] is False
+    assert used["undated_left_out"] == 0
     prefix = training_run_prefix(MODEL, DATE, summary["run_id"])
     card = curated_lake.get_json(join(prefix, "model.json"))
     assert card["lineage"]["review_labels"] == used
