@@ -1,15 +1,15 @@
 """Do reviewers' labels make the next model better, and does the active queue beat a random one? Two nights of the
 image demo, three ways.
 
-    python -m bench.review_loop [--date 2026-11-01] [--error-rate 0.1] [--review-items 64] [--upweight 8]
-                                [--eval-prompts 512] [--steps N] [--lake DIR]
+    python -m bench.review_loop [--date 2026-11-01] [--error-rate 0.1] [--prompts 512] [--review-items 96]
+                                [--upweight 8] [--eval-prompts 512] [--steps N] [--lake DIR]
 
 Night 1 runs the demo's chain (``aigc make-raw``, ``prepare``, ``train``, ``deploy``, ``generate --demo-prompts``,
-``evaluate``, all ``--preset demo``) with ``--review-items`` outputs queued for review the active way (the least
-certain first: ``evaluate.review_selection=uncertain``); a copy of that lake evaluates the night again with as many
-drawn at random (``review_selection=random``). Each queue goes out as Label Studio tasks (``aigc review export``),
-is labelled by simulated reviewers and comes back as Label Studio's JSON export through the inbox (``aigc review
-import``), as a real round would.
+``evaluate``, all ``--preset demo``; ``--prompts`` demo prompts) with ``--review-items`` of its outputs queued for
+review the active way (the least certain first: ``evaluate.review_selection=uncertain``); a copy of that lake
+evaluates the night again with as many drawn at random (``review_selection=random``). Each queue goes out as Label
+Studio tasks (``aigc review export``), is labelled by simulated reviewers and comes back as Label Studio's JSON
+export through the inbox (``aigc review import``), as a real round would.
 
 The simulated reviewer's truth is the reference world's reader: the checker's verdict on the output and on each
 attribute (the queue line's ``checker_correct`` and ``checker_attributes``; it reads the world's own renderings at
@@ -103,13 +103,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--date", default="2026-11-01", help="night 1 (night 2 is the day after)")
     ap.add_argument("--error-rate", type=float, default=0.1, help="how often a simulated reviewer errs")
-    ap.add_argument("--review-items", type=int, default=64, help="outputs queued for review on night 1")
+    ap.add_argument("--review-items", type=int, default=96, help="outputs queued for review on night 1")
+    ap.add_argument("--prompts", type=int, default=512,
+                    help="demo prompts night 1 answers, of which the queues are drawn (more than --review-items)")
     ap.add_argument("--upweight", type=int, default=8, help="train.review_upweight of the labelled nights")
     ap.add_argument("--eval-prompts", type=int, default=512, help="evaluation prompts each candidate answers")
     ap.add_argument("--steps", type=int, default=None,
                     help="training steps of both nights (default: the demo's); fewer leave a model labels can help")
     ap.add_argument("--lake", default=None, help="a folder for the lakes (default: a temporary one)")
     args = ap.parse_args()
+    if args.review_items >= args.prompts:
+        ap.error(f"--review-items {args.review_items} must be fewer than --prompts {args.prompts}: a queue of every "
+                 "output is the same whichever way it is chosen")
     from aigc.evaluate.stats import paired_difference
 
     started = time.perf_counter()
@@ -117,8 +122,10 @@ def main() -> None:
     night1, night2 = args.date, (dt.date.fromisoformat(args.date) + dt.timedelta(days=1)).isoformat()
     lakes = {arm: str(root / arm) for arm in ARMS}
     train = [*TRAIN, *(["--steps", str(args.steps)] if args.steps else [])]
-    queue = ["--review-items", str(args.review_items)]
-    for command in (["make-raw"], ["prepare"], train, ["deploy"], ["generate", "--demo-prompts"]):
+    # Gate 5's minimum is not what this measures: a weak night (--steps) still queues, and its version is production.
+    queue = ["--review-items", str(args.review_items), "--min-alignment", "0"]
+    for command in (["make-raw"], ["prepare"], train, ["deploy"],
+                    ["generate", "--demo-prompts", "--prompts", str(args.prompts)]):
         step(command, lakes["active"], night1)
     _, active_eval = step(["evaluate", *queue], lakes["active"], night1)
     print(f"night 1: {active_eval.get('version')} evaluated ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -153,7 +160,8 @@ def main() -> None:
     compared = {"labels_active_vs_none": versus("active", "none"), "labels_random_vs_none": versus("random", "none"),
                 "active_vs_random": versus("active", "random")}
     result = {"bench": "review_loop", "nights": [night1, night2], "error_rate": args.error_rate,
-              "review_items": args.review_items, "upweight": args.upweight, "eval_prompts": args.eval_prompts,
+              "review_items": args.review_items, "prompts": args.prompts, "upweight": args.upweight,
+              "eval_prompts": args.eval_prompts,
               "steps": args.steps or "the demo's",
               "label_rounds": rounds, "compared": compared,
               "arms": {a: {k: v for k, v in r.items() if k != "verdicts"} for a, r in arms.items()},

@@ -478,17 +478,18 @@ def review_loop_md(results: Path | None = None) -> str:
     names = {"labels_active_vs_none": "labels of the active queue − no labels",
              "labels_random_vs_none": "labels of a random queue − no labels",
              "active_vs_random": "active queue − random queue"}
-    md = [f"Night 1 ({d['nights'][0]}) queued {d['review_items']} outputs for review each way; simulated reviewers "
-          f"erring at {d['error_rate']:.0%} labelled them; both nights trained {steps}; night 2 ({d['nights'][1]}) "
-          f"trained each candidate from "
-          f"the same production on the same window with the same seeds (labels up-weighted ×{d['upweight']}), and "
+    md = [f"Night 1 ({d['nights'][0]}) queued {d['review_items']} of its {d.get('prompts', '')} outputs for review "
+          f"each way; simulated reviewers erring at {d['error_rate']:.0%} labelled them; both nights trained "
+          f"{steps}; night 2 ({d['nights'][1]}) trained each candidate from the same production on the same window "
+          f"with the same seeds (labels up-weighted ×{d['upweight']}), and "
           f"each answered the same {d['eval_prompts']} evaluation prompts. {d['note'].capitalize()}. "
           f"{provenance_of(d)}.", "",
-          "| night 2 candidate | labels used | prompts judged wrong | samples they reached | training samples | "
-          "alignment |", "|---|---|---|---|---|---|"]
+          "| night 2 candidate | its queue's outputs labelled wrong | labels used | prompts judged wrong | samples "
+          "they reached | training samples | alignment |", "|---|---|---|---|---|---|---|"]
     for arm, r in d["arms"].items():
-        used = r.get("review_labels") or {}
-        md.append(f"| {arm} | {used.get('labels', 0)} | {used.get('prompts_wrong', '')} | "
+        used, queue = r.get("review_labels") or {}, (d.get("label_rounds") or {}).get(arm)
+        wrong = f"{queue['labelled_wrong']} of {queue['queued']}" if queue else ""
+        md.append(f"| {arm} | {wrong} | {used.get('labels', 0)} | {used.get('prompts_wrong', '')} | "
                   f"{used.get('samples_matched', '')} | {used.get('training_samples_before', '')}"
                   + (f" → {used['training_samples_after']}" if used else "") + f" | {r['alignment']:.3f} |")
     md += ["", "| paired difference in alignment | [95 % CI] | verdict |", "|---|---|---|"]
