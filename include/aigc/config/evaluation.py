@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aigc.config._checks import _check_range
-
-REVIEW_SELECTIONS = ("uncertain", "random")
+from aigc.config.review_names import REVIEW_SELECTIONS
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aigc.config.evaluation import REVIEW_SELECTIONS
-from aigc.config.training import REVIEW_FEEDBACK
+from aigc.config.review_names import REVIEW_FEEDBACK, REVIEW_SELECTIONS
 from aigc.config.variant_names import AUTO, VARIANTS
 
 STAGES = ("prepare", "train", "deploy", "generate", "evaluate")

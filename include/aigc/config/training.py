@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aigc.config._checks import _check_range
+from aigc.config.review_names import REVIEW_FEEDBACK
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,6 @@ class ModelConfig:
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
 INIT_FROM = ("production", "scratch")
-REVIEW_FEEDBACK = ("off", "upweight", "drop")
 SPLITS = ("balanced", "length_grouped", "shuffled", "round_robin", "contiguous")
 
 

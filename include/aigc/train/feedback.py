@@ -27,7 +27,7 @@ from collections import Counter
 
 import numpy as np
 
-from aigc.config.training import REVIEW_FEEDBACK
+from aigc.config.review_names import REVIEW_FEEDBACK
 from aigc.evaluate.review import read_labels
 from aigc.lake import Lake
 from aigc.lake.keys import parse_date
