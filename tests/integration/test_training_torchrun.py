@@ -20,6 +20,7 @@ from aigc.lake.keys import join, partition
 from aigc.lake.publish import NotPublished, resolve
 from aigc.train.artifacts import METRICS, training_run_prefix
 from aigc.train.checkpoint import DIR, LATEST
+from aigc.train.data import load_window
 from tests.training_fixtures import DATE, publish_day
 
 AIGC = str(Path(sys.executable).with_name("aigc"))
@@ -177,14 +178,24 @@ def test_an_empty_window_fails_with_the_workers_reason(tmp_path):
 def test_training_reads_and_writes_an_s3_lake_and_its_workers_hold_no_key(s3_server):
     """With a role on the lake, the workers get neither the keys nor the role: they read and write with the role
     credentials the launcher serves them (aigc.lake.credentials), so the run succeeding shows they got them. (Without
-    a role, training on S3 runs in tests/integration/test_stage_dags_match_the_cli.py.)"""
+    a role, training on S3 runs in tests/integration/test_stage_dags_match_the_cli.py.) Reviewers' labels of an
+    earlier evaluation reach the window too: both ranks read them from S3 and agree on them (the labels' hash
+    gathered from every rank), and the run names them."""
     lake = S3Lake(f"s3://{s3_server.bucket}/train-{uuid.uuid4().hex[:8]}", s3_server.options())
     publish_day(lake, DATE, n=300)
+    caption = load_window(lake, "shapes", DATE, 1, ["caption"]).columns["caption"][0]
+    lake.put_bytes("evaluations/shapes-cvae/labels/round-1.jsonl", json.dumps(
+        {"date": "2026-11-19", "run_id": "20261119T000000000000Z-eval01", "prompt_id": "p0", "prompt": caption,
+         "checker_correct": True, "human_correct": False}).encode() + b"\n")
     env = {**s3_server.env(), "AIGC_S3_ROLE_ARN": "arn:aws:iam::123456789012:role/aigc-lake"}
-    out, summary = aigc_train(lake.uri, "--nproc", "2", "--steps", "10", "--eval-every", "10", "--no-gate", env=env)
+    out, summary = aigc_train(lake.uri, "--nproc", "2", "--steps", "10", "--eval-every", "10", "--no-gate",
+                              "--review-feedback", "upweight", env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert summary["run_uri"].startswith("s3://") and lake.exists(
         join(training_run_prefix("shapes-cvae", DATE, summary["run_id"]), "model.safetensors"))
+    used = summary["review_labels"]
+    assert used["labels"] == 1 and used["samples_matched"] >= 1 and used["training_samples_after"] == (
+        used["training_samples_before"] + 3 * used["samples_matched"])
 
 
 def test_two_nodes_that_know_only_the_lake_meet_there_and_train_as_one_run(curated_lake):

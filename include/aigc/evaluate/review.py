@@ -1,9 +1,10 @@
 """What reviewers' labels say about a workload's checker.
 
-Each evaluation exports its least certain outputs to ``evaluations/<model>/dt=…/run=…/review/queue.jsonl`` (the
-workload's evaluation writes it: for images with a thumbnail per item). A reviewer copies lines of a queue into a
-labels file, ``evaluations/<model>/labels/<anything>.jsonl``, adding ``"human_correct": true|false`` (is the output
-right for its prompt?). Every later evaluation reads all labels files and reports how often the checker's verdict
+Each evaluation exports its least certain outputs (or as many drawn at random: ``evaluate.review_selection``) to
+``evaluations/<model>/dt=…/run=…/review/queue.jsonl`` (the workload's evaluation writes it: for images with a
+thumbnail per item; each line with its evaluation's date and how it was chosen). A reviewer copies lines of a queue
+into a labels file, ``evaluations/<model>/labels/<anything>.jsonl``, adding ``"human_correct": true|false`` (is the
+output right for its prompt?). Every later evaluation reads all labels files and reports how often the checker's verdict
 (``checker_correct``) agrees with the human's, and per attribute where labels name them (``human_attributes`` against
 ``checker_attributes``: Label Studio's per-attribute choices, ``labelstudio.py``), each with its interval.
 """
