@@ -1,11 +1,11 @@
 """aigc_review: reviewers' Label Studio exports become labels as they arrive, not only when an evaluation runs.
 
     import_labels
-Every 15 minutes, every Label Studio JSON export dropped in ``review/<model>/inbox/`` and not imported yet is read
-into labels (``aigc review import`` does the same by hand; every evaluation also does it first): tasks this project
-did not export, malformed, conflicting or duplicate labels are quarantined with their reason. The labels then count
-in the next evaluation (checker–human agreement, gate 5) and, with ``train.review_feedback``, in the next training
-window.
+Every 15 minutes, every Label Studio JSON export dropped in ``review/<model>/inbox/`` (of each model the
+deployment's allowed workloads run) and not imported yet is read into labels (``aigc review import`` does the same
+by hand; every evaluation also does it first): tasks this project did not export, malformed, conflicting or
+duplicate labels are quarantined with their reason. The labels then count in the next evaluation (checker–human
+agreement, gate 5) and, with ``train.review_feedback``, in the next training window.
 """
 
 from __future__ import annotations

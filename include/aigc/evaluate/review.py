@@ -75,8 +75,8 @@ def checker_rates(labels: list[dict], confidence: float = 0.95) -> dict:
     holds the checker's mistakes far more often than the day's outputs do, so its labels would misstate both rates.
     Each rate's interval is at the Bonferroni level 1 − (1 − ``confidence``)/2, so the two hold together at
     ``confidence``."""
-    drawn = [x for x in labels if x.get("selection") == "random" and x.get("checker_correct") is not None]
-    right = [bool(x["checker_correct"]) for x in drawn if x["human_correct"]]
+    drawn = [x for x in labels if x.get("selection") == "random" and isinstance(x.get("checker_correct"), bool)]
+    right = [x["checker_correct"] for x in drawn if x["human_correct"]]
     wrong = [not x["checker_correct"] for x in drawn if not x["human_correct"]]
     rates = {"labels": len(drawn), "human_right": len(right), "human_wrong": len(wrong)}
     if not right or not wrong:
@@ -127,7 +127,7 @@ def agreement(lake: Lake, model: str, confidence: float = 0.95) -> dict:
     """Checker-vs-human agreement over every labelled item, with the count it rests on. A line that is not a label
     (malformed, oversized, not an object) is left out and listed with its reason, never a failed evaluation."""
     labels, refused = read_labels(lake, model)
-    labelled = [x for x in labels if x.get("checker_correct") is not None]
+    labelled = [x for x in labels if isinstance(x.get("checker_correct"), bool)]  # "false" is no verdict
     rates = checker_rates(labels, confidence)
     agree = sum(bool(x["human_correct"]) == bool(x["checker_correct"]) for x in labelled)
     by_attribute: dict[str, list[bool]] = {}

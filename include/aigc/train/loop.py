@@ -26,7 +26,7 @@ from aigc.train import distributed as D
 from aigc.train import feedback
 from aigc.train.artifacts import metric_row, training_run_prefix, write_final, write_metrics
 from aigc.train.balance import imbalance, plan_for, step_imbalance
-from aigc.train.checkpoint import check_resumable, load_latest, save_checkpoint
+from aigc.train.checkpoint import ResumeMismatch, check_resumable, load_latest, save_checkpoint
 from aigc.train.data import Batches, load_window
 from aigc.train.timing import BusyClock
 from aigc.train.warm_start import Start, choose_start, fitted
@@ -139,14 +139,18 @@ class RankRun:
         """Reviewers' labels applied to the training split (``aigc.train.feedback``): (the labels used, what they
         did), or (None, None) with ``review_feedback=off``. A resumed run uses its checkpoint's labels."""
         t, workload = self.cfg.train, self.workload
+        pinned = self.found[1].get("review_labels") if self.found else None
         if t.review_feedback == "off":
+            if pinned is not None:  # the resume key names the setting only when on (older checkpoints resume)
+                raise ResumeMismatch(f"cannot resume training run {self.run_id} with review_feedback=off: its "
+                                     "checkpoint trained on a window reviewers' labels changed; start a new run "
+                                     "(another --run-id) or restore the setting")
             return None, None
         column = workload.prompt_column
         if column not in self.index.columns:
             raise ValueError(f"TrainConfig.review_feedback={t.review_feedback!r} traces labels to the samples of "
                              f"their prompts, and workload {workload.name!r} names no prompt column among its index "
                              f"columns (Workload.prompt_column={column!r}): set review_feedback=off")
-        pinned = self.found[1].get("review_labels") if self.found else None
         labels, undated = (pinned, None) if pinned is not None else feedback.labels_for(
             self.lake, self.cfg.model.name, self.date)
         self.train_idx, record = feedback.apply(labels, t.review_feedback, t.review_upweight,

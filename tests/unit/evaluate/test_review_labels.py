@@ -50,7 +50,8 @@ def test_labels_of_randomly_drawn_outputs_measure_the_checkers_mistakes_and_corr
         return [{"human_correct": human, "checker_correct": checker, "selection": selection}] * n
 
     labels = labelled(True, True, 90) + labelled(True, False, 10) + labelled(False, False, 80) + \
-        labelled(False, True, 20) + labelled(False, True, 500, selection="uncertain")
+        labelled(False, True, 20) + labelled(False, True, 500, selection="uncertain") + \
+        [{"human_correct": True, "checker_correct": "false", "selection": "random"}]  # no checker verdict: not counted
     rates = checker_rates(labels)
     assert (rates["labels"], rates["sensitivity"]["value"], rates["specificity"]["value"]) == (200, 0.9, 0.8)
     read = {"value": 0.76, "lo": 0.72, "hi": 0.80, "n": 648, "confidence": 0.95}

@@ -14,7 +14,7 @@ from aigc.lake.keys import join
 from aigc.train import distributed as D
 from aigc.train import feedback, loop
 from aigc.train.artifacts import training_run_prefix
-from aigc.train.checkpoint import load_latest
+from aigc.train.checkpoint import ResumeMismatch, load_latest
 from aigc.train.data import load_window
 from aigc.workloads import workload_of
 from tests.training_fixtures import DATE, tiny_config
@@ -101,6 +101,9 @@ def test_a_training_run_upweights_the_samples_of_prompts_reviewers_rejected_and_
     write_labels(curated_lake, "later", [label("another caption", False, pid="p3")])
     again = train(curated_lake, cfg)
     assert again["review_labels"]["labels"] == 2 and again["review_labels"]["resumed_with_checkpoint_labels"]
+    # Turned off, the same run would train the rest on a window the labels did not change: refused.
+    with pytest.raises(ResumeMismatch, match="with review_feedback=off"):
+        train(curated_lake, tiny_config(steps=6, eval_every=6, checkpoint_every=6))
     # A new run reads them, and with the setting off reads none.
     assert train(curated_lake, cfg, run_id="20261120T000000000000Z-label2")["review_labels"]["labels"] == 3
     off = tiny_config(steps=6, eval_every=6, checkpoint_every=6)
