@@ -72,11 +72,11 @@ def simulated_export(tasks: list[dict], queue: dict[str, dict], error_rate: floa
 def label_round(lake: str, date: str, evaluation_run: str, error_rate: float, seed: int) -> dict:
     """Export the run's queue, label it as the simulated reviewers would, import the labels through the inbox."""
     from aigc.evaluate.labelstudio import inbox, read_queue
-    from aigc.lake import open_lake
+    from aigc.lake import key_in, open_lake
 
     _, exported = step(["review", "export", "--evaluation-run", evaluation_run], lake, date)
     the_lake = open_lake(lake)
-    tasks = the_lake.get_json(exported["tasks_uri"].removeprefix(the_lake.uri.rstrip("/") + "/"))
+    tasks = the_lake.get_json(key_in(the_lake, exported["tasks_uri"]))
     queue = read_queue(the_lake, MODEL, date, evaluation_run)
     export = simulated_export(tasks, queue, error_rate, random.Random(seed))
     the_lake.put_bytes(f"{inbox(MODEL)}/simulated-{evaluation_run}.json", json.dumps(export).encode())

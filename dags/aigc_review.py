@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from airflow.sdk import dag
 
-from aigc_airflow.stage_tasks import dag_args, import_labels
+from aigc_airflow.review_tasks import import_labels
+from aigc_airflow.stage_tasks import dag_args
 
 
 @dag(dag_id="aigc_review", schedule="*/15 * * * *", max_active_runs=1, doc_md=__doc__,

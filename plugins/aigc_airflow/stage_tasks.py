@@ -94,28 +94,6 @@ def run_config(hold: bool = True):
     return context, cfg, lake, partition_date(context)
 
 
-@task(execution_timeout=task_timeout("import_labels"))
-def import_labels() -> dict:
-    """Every new Label Studio export in the review inbox of each model the deployment runs (its allowed workloads',
-    under the run's preset), imported (``aigc review import``'s path). It writes only labels files and their
-    quarantine (named by the export's hash: idempotent), no date's partition: no lease."""
-    from aigc.evaluate.labelstudio import import_pending
-    from aigc.stages import configure
-    from aigc_airflow.params import default_preset
-    from aigc_airflow.runtime import access_policy, run_params
-
-    context, _cfg, lake, _date = run_config(hold=False)
-    preset, found = run_params(context).get("preset") or default_preset(), {}
-    for workload in access_policy().workloads:
-        try:
-            model = configure(preset, workload).model.name
-        except Exception as e:  # noqa: BLE001 - one workload that cannot be configured must not stop the others
-            found[workload] = {"refused": f"{type(e).__name__}: {e}"}
-            continue
-        found.setdefault(model, import_pending(lake, model))
-    return found
-
-
 def announced(context, summary: dict) -> dict:
     """``summary``, after writing what it published into this task's asset events."""
     from aigc_airflow.runtime import annotate_outlets
